@@ -183,6 +183,24 @@ def tune_run_import_path():
             sys.path.remove(here)
 
 
+def config_flag_refusal(argv: Sequence[str]) -> str:
+    """What ``--config X`` (``tune run``'s spelling) is refused with: the config is the first argument, as torchtune's
+    own ``tune validate <config>`` takes it (which refuses ``--config`` too); the command as it should be."""
+    rest, config = [], None
+    it = iter(argv)
+    for a in it:
+        if a == "--config":
+            config = next(it, None)
+        elif a.startswith("--config="):
+            config = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+    if rest and "=" not in rest[0] and not rest[0].startswith("-"):  # a config given first too: that one stands
+        config = ""
+    fixed = " ".join(a for a in [PROG, "<config>" if config is None else config, *rest] if a)
+    return f"--config: the config is the first argument, as tune validate takes it: {fixed}"
+
+
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], examples=[
@@ -196,6 +214,9 @@ def main(argv=None) -> int:
     ap.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=None, metavar="N",
                     help="check it as `tune run --nproc_per_node N` runs it: the batch split over N processes, "
                          "and what several processes refuse (default: $WORLD_SIZE, else 1)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(a == "--config" or a.startswith("--config=") for a in argv):
+        ap.error(config_flag_refusal(argv))
     args = ap.parse_intermixed_args(argv)  # key=value after --nproc_per_node too, as tune run takes them
     world = args.nproc_per_node if args.nproc_per_node is not None else refusing(PROG, launched_world_size)
     if world < 1:
