@@ -102,3 +102,24 @@ def test_a_bad_batch_size_is_refused_naming_the_flag_before_any_model_loads(mode
         if model == "hf":
             out = lm_eval_argv([*run, "--batch_size", good])
             assert out[out.index("--batch_size") + 1] == good
+
+
+def test_a_negative_num_fewshot_is_refused_before_the_run():
+    # `--num_fewshot -1` passed lm-eval's parser (type=int) and the run went ahead as 0-shot, recording -1
+    import random
+
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    run = ["run", "--model", "hf", "--tasks", "longshort_ppl"]
+    for bad in ("-1", "-5"):
+        with pytest.raises(ValueError):
+            random.Random(0).sample(range(10), int(bad))  # the reference: no count of examples to draw
+        for args in (["--num_fewshot", bad], [f"--num_fewshot={bad}"], ["-f", bad]):
+            with pytest.raises(ValueError) as e:
+                lm_eval_argv([*run, *args])
+            line = str(e.value)
+            assert line.startswith(f"--num_fewshot {bad} ") and "0 or more" in line and "\n" not in line, line
+    for good in ("0", "5"):
+        random.Random(0).sample(range(10), int(good))
+        out = lm_eval_argv([*run, "--num_fewshot", good])
+        assert out[out.index("--num_fewshot") + 1] == good

@@ -66,7 +66,7 @@ TAKES = {
     "--seed": "give one integer for all four seeds (python, numpy, torch, fewshot), or 3 or 4 of them comma-separated, "
               "None leaving one unset (e.g. --seed 42, --seed 0,None,8,52)",
     "--limit": "give a whole number of documents per task (e.g. 10), or a fraction of them between 0 and 1 (e.g. 0.1)",
-    "--num_fewshot": "give a whole number of few-shot examples (e.g. 5)",
+    "--num_fewshot": "give a whole number of few-shot examples, 0 or more (e.g. 5)",
     "--max_batch_size": "give a whole number, the largest batch --batch_size auto tries (e.g. 64)",
     "--samples": "give a JSON object of task names to document indices, e.g. --samples '{\"longshort_ppl\": [0, 1]}' "
                  "(double quotes inside, single outside)",
@@ -86,7 +86,8 @@ def check_option_values(args: Sequence[str]) -> None:
     parser types read by that parser's own type function, before anything runs; ``ValueError`` in one line naming
     the option and what it takes (:data:`TAKES`); a ``key=value`` option's JSON that does not parse names the
     option (:data:`JSON_EXAMPLES`). ``--fewshot_as_multiturn maybe``, which lm-eval read as false, is
-    refused too, and so is a ``--limit`` lm-eval would misread (:func:`check_limit`)."""
+    refused too, and so are a ``--limit`` lm-eval would misread (:func:`check_limit`) and a negative ``--num_fewshot``
+    (:func:`check_num_fewshot`)."""
     from argparse import ArgumentTypeError
 
     from lm_eval._cli.utils import MergeDictAction  # deferred: lm_eval (as _run_actions)
@@ -110,6 +111,7 @@ def check_option_values(args: Sequence[str]) -> None:
         finally:
             logging.disable(logging.NOTSET)
     check_limit(option(args, "--limit"))
+    check_num_fewshot(option(args, "--num_fewshot"))
     check_batch_size(option(args, "--batch_size"), f"--batch_size {option(args, '--batch_size')}")
 
 
@@ -153,6 +155,17 @@ def check_limit(value: Optional[str]) -> None:
         return  # check_option_values says what it takes
     if not math.isfinite(limit) or limit <= 0 or (limit >= 1 and not limit.is_integer()):
         raise ValueError(f"--limit {value} is not accepted: {TAKES['--limit']}")
+
+
+def check_num_fewshot(value: Optional[str]) -> None:
+    """lm-eval's parser takes any ``int`` for ``--num_fewshot``: a negative one ran as 0-shot without a word (its
+    ``fewshot_context`` adds examples only when the number is > 0) while the results recorded it as given."""
+    try:
+        negative = value is not None and int(value) < 0
+    except ValueError:
+        return  # check_option_values says what it takes
+    if negative:
+        raise ValueError(f"--num_fewshot {value} is not accepted: {TAKES['--num_fewshot']}")
 
 
 def canonical_options(args: Sequence[str]) -> List[str]:
