@@ -129,6 +129,27 @@ def test_local_text_haystack(tmp_path, sp_tokenizer_dir):
 
 
 
+def test_a_haystack_that_gives_no_text_is_refused_naming_the_flag(tmp_path, capsys, monkeypatch):
+    """A --haystack glob that matched nothing was refused as "haystack='./**/*.md' does not exist ...", naming no
+    flag (the generator's other refusals name --out, --tokenizer, --depths as typed); so were an empty file and a
+    folder without .txt files."""
+    import glob
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "md").mkdir()
+    (tmp_path / "md" / "a.md").write_text("some text\n")
+    (tmp_path / "empty.txt").write_text("")
+    assert glob.glob("./**/*.nope", recursive=True) == [] and os.path.getsize("empty.txt") == 0  # the references
+    assert not glob.glob("md/*.txt")
+    for typed in ("./**/*.nope", "empty.txt", "md"):
+        with pytest.raises(SystemExit) as exit_info:
+            gen.main(["--out", "o", "--lengths", "0k", "--n", "1", "--qa", "qa1", "--haystack", typed])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1, err
+        assert err.split(": error: ", 1)[1].startswith(f"--haystack={typed!r} "), err
+    assert sorted(os.listdir(tmp_path)) == ["empty.txt", "md"]  # refused before any write
+
+
 def test_a_haystack_much_shorter_than_the_length_is_warned_about(tmp_path, sp_tokenizer_dir, capsys):
     """A 2-byte haystack built samples of the same 2 bytes repeated about a thousand times without a word: one line
     says how many times; a haystack longer than the length says nothing."""

@@ -159,7 +159,7 @@ def generate(
     check_output_folder(out, "--out", names, _written)  # a file of the user's there is refused, never overwritten
     check_creatable("--out", str(out), writable=True)  # an existing folder that takes no file: a traceback
     count_tokens = load_token_counter(tokenizer, label="--tokenizer") if tokenizer else (lambda t: len(t.split()))
-    lines = _Replay(iter_haystack_lines(haystack))
+    lines = _Replay(iter_haystack_lines(haystack, label="--haystack"))  # named as typed, as --tokenizer is
     lines.line(0)  # a haystack that cannot be read is refused before any write
     _warn_if_repeated(haystack, max(LENGTHS[l] for l in lengths), count_tokens)
     paths = []

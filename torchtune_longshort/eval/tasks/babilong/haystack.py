@@ -62,22 +62,22 @@ def load_token_counter(tokenizer: str, trust_remote_code: Optional[bool] = None,
     return lambda text: len(tok.encode(text))
 
 
-def iter_haystack_lines(haystack: str = "stdlib") -> Iterator[str]:
+def iter_haystack_lines(haystack: str = "stdlib", label: str = "haystack") -> Iterator[str]:
     """Non-empty, stripped lines of a corpus, forever (the corpus is cycled).
 
     ``haystack``: ``"stdlib"`` (the Python standard library's source), ``"pg19"`` (PG19's test split,
     ``corpus.pg19``: ``emozilla/pg19``, streamed; needs the hub or its cache), or local text: a file, a glob or a
     folder of ``.txt`` files (read by :mod:`torchtune_longshort.data.text_files`). A record that cannot be read (a
     PG19 row whose text is no string) is skipped with a warning: the haystack is filler, no score depends on which
-    record.
+    record. ``label``: the name a refusal gives it (the generator's ``--haystack``).
     """
     while True:
         n = 0
-        for line in _one_pass(haystack):
+        for line in _one_pass(haystack, label):
             n += 1
             yield line
         if n == 0:
-            raise ValueError(f"haystack={haystack!r} has no non-empty lines")
+            raise ValueError(f"{label}={haystack!r} has no non-empty lines")
 
 
 def short_local_haystack(haystack: str, max_chars: int) -> Optional[str]:
@@ -94,7 +94,7 @@ def short_local_haystack(haystack: str, max_chars: int) -> Optional[str]:
     return " ".join(lines)
 
 
-def _one_pass(haystack: str) -> Iterator[str]:
+def _one_pass(haystack: str, label: str = "haystack") -> Iterator[str]:
     """The non-empty, stripped lines of one pass over the haystack (see :func:`iter_haystack_lines`)."""
     if haystack == "stdlib":
         docs: Iterable[str] = iter_stdlib_documents(include_tests=False)
@@ -102,7 +102,7 @@ def _one_pass(haystack: str) -> Iterator[str]:
         docs = corpus.pg19(split="test", check_first=False, skip_bad_records=True)()
     else:
         try:
-            files = resolve_files(haystack, (".txt",), "haystack")
+            files = resolve_files(haystack, (".txt",), label)
         except FileNotFoundError as e:
             accepted = "'stdlib', 'pg19', a text file, a glob or a folder of .txt files"
             raise FileNotFoundError(f"{e}; accepted: {accepted}") from None
