@@ -129,6 +129,27 @@ def test_local_text_haystack(tmp_path, sp_tokenizer_dir):
 
 
 
+def test_the_help_says_haystack_takes_a_glob_and_its_example_reads(tmp_path, capsys, monkeypatch):
+    """--help said "stdlib | pg19 | path to .txt file or folder": no glob, which --haystack takes (** any folders)."""
+    import glob
+    import re
+
+    with pytest.raises(SystemExit):
+        gen.main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    entry = said.split("--haystack HAYSTACK ", 1)[1].split(" --seed", 1)[0]
+    example = re.search(r"'([^']*\*\*[^']*)'", entry)
+    assert "glob" in entry and example, entry
+    monkeypatch.chdir(tmp_path)
+    for path in (tmp_path / "books" / "top.txt", tmp_path / "books" / "x" / "y" / "deep.txt"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{path.stem} line\n")
+    matched = sorted(os.path.basename(p) for p in glob.glob(example.group(1), recursive=True))
+    assert matched == ["deep.txt", "top.txt"]  # the reference: ** is any folders, none included
+    lines = haystack.iter_haystack_lines(example.group(1))
+    assert sorted(next(lines) for _ in range(2)) == ["deep line", "top line"]
+
+
 def test_a_haystack_that_gives_no_text_is_refused_naming_the_flag(tmp_path, capsys, monkeypatch):
     """A --haystack glob that matched nothing was refused as "haystack='./**/*.md' does not exist ...", naming no
     flag (the generator's other refusals name --out, --tokenizer, --depths as typed); so were an empty file and a

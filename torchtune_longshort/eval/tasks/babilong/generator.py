@@ -307,7 +307,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "the depths the tasks score; default: none, the facts scattered at random as in BABILong)")
     ap.add_argument("--n", type=int, default=50, help="rows per length, task and depth (default %(default)s)")
     ap.add_argument("--haystack", default="stdlib",
-                    help="stdlib | pg19 | path to .txt file or folder (default %(default)s)")
+                    help="stdlib | pg19 | a .txt file, a folder of .txt files, or a glob, quoted "
+                    "('./books/**/*.txt': ** is any folders, none included) (default %(default)s)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the stories and of where the facts go; the rows of one (qa, length[, depth]) "
                     "depend on it and those alone, not on what else is asked (default %(default)s)")
     ap.add_argument("--fit", choices=FITS, default="input",
