@@ -15,7 +15,7 @@ def _rows(path):
 
 def test_a_row_set_is_the_same_alone_or_among_others(tmp_path, monkeypatch):
     # lengths counted in words (a tokenizer's counts take seconds here and draw nothing)
-    monkeypatch.setattr(gen, "load_token_counter", lambda tok: lambda text: len(text.split()))
+    monkeypatch.setattr(gen, "load_token_counter", lambda tok, label="tokenizer": lambda text: len(text.split()))
     tok = "words"
     gen.generate(tmp_path / "alone", ["qa1"], ["1k"], n=2, tokenizer=tok, seed=3)
     gen.generate(tmp_path / "among", ["qa2", "qa1"], ["0k", "1k"], n=2, tokenizer=tok, seed=3)

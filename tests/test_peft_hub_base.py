@@ -83,4 +83,7 @@ def test_a_relative_folder_record_is_still_said_as_a_path(tmp_path, monkeypatch,
     _llama(32).save_pretrained(tmp_path / "wide")
     with pytest.raises(ValueError) as e:
         refuse_unfitting_adapter(str(tmp_path / "wide"), "plain")
-    assert "tiny-org/other (a path relative to the folder they were trained in); give that folder" in str(e.value)
+    # said as a path, and the folder above the adapter that holds it named (leftalone40's e7b1d1b), not a hub model
+    said = f"tiny-org/other (relative to the folder they were trained in: {tmp_path / 'tiny-org' / 'other'}, "
+    assert said + "found above the adapter); give that folder as pretrained=" in str(e.value), str(e.value)
+    assert "hub" not in str(e.value)
