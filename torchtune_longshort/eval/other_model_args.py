@@ -116,7 +116,8 @@ def refuse_other_lora_step(base: Path, adapter: Path, where: str, pretrained: st
     perplexity 487.9, exit 0; a plain copy of a step's adapters on its own step, the adapters twice). The merged
     step alone is named as a way on only where the adapters are a step's own (``<step>/adapter``): that step; a copied
     adapter's way on is its recorded base. Unrecorded base: left as it was; a relative record is matched wherever
-    this command runs, by the folder above the adapter that holds it where one does (:func:`~torchtune_longshort.eval.peft_fit.is_recorded_base`)."""
+    this command runs, by the folder above the adapter that holds it where one does
+    (:func:`~torchtune_longshort.eval.peft_fit.is_recorded_base`)."""
     recorded = (_json(adapter / "adapter_config.json") or {}).get("base_model_name_or_path")
     own = base / ADAPTER_DIR
     if not base.is_dir() or not recorded or not any((own / f).is_file() for f in (LAYOUT_FILE, "adapter_config.json")):

@@ -26,13 +26,16 @@ def missing_tokenizer_line(name: str, error: BaseException, label: str = "tokeni
 
     from torchtune_longshort.eval.peft_fit import hub_named
 
-    where = "" if Path(name).expanduser().is_absolute() else f" in {str(Path.cwd())!r}, the folder this command runs in,"
+    here = f" in {str(Path.cwd())!r}, the folder this command runs in,"
+    where = "" if Path(name).expanduser().is_absolute() else here
     if not hub_named(name):  # written as a path (/, ./, ~), or no repository id: the hub is no way to it
-        return f"{label} {name!r}: no tokenizer file or folder{where.rstrip(',') or ' there'}: name a tokenizer folder or file"
+        return (f"{label} {name!r}: no tokenizer file or folder{where.rstrip(',') or ' there'}: name a tokenizer "
+                "folder or file")
     if constants.is_offline_mode():
         return (f"{label} {name!r}: neither a tokenizer file or folder{where} nor a hub tokenizer in the Hugging Face "
-                f"cache ({constants.HF_HUB_CACHE}), and the hub is offline ({hub_offline_variable()}): name a tokenizer "
-                "folder or file, or a hub name already in the cache (run once with offline mode off to download it)")
+                f"cache ({constants.HF_HUB_CACHE}), and the hub is offline ({hub_offline_variable()}): name a "
+                "tokenizer folder or file, or a hub name already in the cache (run once with offline mode off to "
+                "download it)")
     said = " ".join(str(error).split()).split(". ", 1)[0].rstrip(".") or type(error).__name__
     return (f"{label} {name!r}: neither a tokenizer file or folder{where} nor a tokenizer the hub gives ({said}): "
             "name a tokenizer folder or file, or a hub name")
