@@ -123,3 +123,39 @@ def test_a_negative_num_fewshot_is_refused_before_the_run():
         random.Random(0).sample(range(10), int(good))
         out = lm_eval_argv([*run, "--num_fewshot", good])
         assert out[out.index("--num_fewshot") + 1] == good
+
+
+@pytest.mark.parametrize("model", ["hf", "longshort"])
+def test_a_max_batch_size_below_one_is_refused_naming_the_flag_before_any_model_loads(model):
+    # `--max_batch_size 0` / `-1` passed lm-eval's parser (type=int): hf's `--batch_size auto` started accelerate's
+    # search there once the model had loaded (0: batch size 1 without a word; -1: a torch error), and the longshort
+    # model refused them as its own argument, `max_batch_size='0' must be a positive integer`
+    import torch
+    from accelerate.utils import find_executable_batch_size
+
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    def hf_detects(size):  # the reference: hf's batch detection (HFLM._detect_batch_size) started at `size`
+        @find_executable_batch_size(starting_batch_size=size)
+        def forward(batch):
+            return torch.ones((batch, 2)).shape[0]
+
+        return forward()
+
+    run = ["run", "--model", model, "--tasks", "longshort_ppl", "--batch_size", "auto"]
+    for bad in ("0", "-1"):
+        with pytest.raises(RuntimeError):
+            hf_detects(int(bad))
+        for args, given in ((["--model_args", "pretrained=/nonexistent", "--max_batch_size", bad],
+                             f"--max_batch_size {bad}"),
+                            (["--model_args", f"pretrained=/nonexistent,max_batch_size={bad}"],
+                             f"--model_args max_batch_size={bad}")):
+            with pytest.raises(ValueError) as e:
+                lm_eval_argv([*run, *args])
+            line = str(e.value)
+            assert line.startswith(f"{given} is not accepted: ") and "1 or more" in line and "\n" not in line, line
+    for good in ("1", "64"):
+        assert hf_detects(int(good)) == int(good)
+        if model == "hf":
+            out = lm_eval_argv([*run, "--model_args", "pretrained=/nonexistent", "--max_batch_size", good])
+            assert out[out.index("--max_batch_size") + 1] == good

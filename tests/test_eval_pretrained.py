@@ -267,12 +267,13 @@ def test_batch_size_auto_runs_and_its_results_record_it(tiny_llama2_dir, sp_toke
 
     args = ["run", "--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}",
             "--device", "cpu", "--tasks", "longshort_ppl", "--metadata", META]
-    # auto:0 and auto:x are the flag's (9b60e56: refused by the command line, naming --batch_size, before the model)
+    # auto:0 and auto:x are the flag's (9b60e56: refused by the command line, naming --batch_size, before the model);
+    # max_batch_size 0 too (leftalone46, naming --max_batch_size)
     for extra, needle in [(["--batch_size", "auto:0"], "--batch_size auto:0: give a whole number (e.g. 8), auto, or "
                                                        "auto:N (N a positive number"),
                           (["--batch_size", "auto:x"], "--batch_size auto:x: give a whole number"),
-                          (["--batch_size", "auto", "--max_batch_size", "0"], "max_batch_size='0' must be a positive "
-                                                                              "integer")]:
+                          (["--batch_size", "auto", "--max_batch_size", "0"], "--max_batch_size 0 is not accepted: "
+                                                                              "give a whole number, 1 or more")]:
         monkeypatch.setattr(sys, "argv", ["longshort-eval", *args, *extra, "--output_path", str(tmp_path / "no")])
         with pytest.raises(SystemExit) as e:
             main()

@@ -67,7 +67,7 @@ TAKES = {
               "None leaving one unset (e.g. --seed 42, --seed 0,None,8,52)",
     "--limit": "give a whole number of documents per task (e.g. 10), or a fraction of them between 0 and 1 (e.g. 0.1)",
     "--num_fewshot": "give a whole number of few-shot examples, 0 or more (e.g. 5)",
-    "--max_batch_size": "give a whole number, the largest batch --batch_size auto tries (e.g. 64)",
+    "--max_batch_size": "give a whole number, 1 or more, the largest batch --batch_size auto tries (e.g. 64)",
     "--samples": "give a JSON object of task names to document indices, e.g. --samples '{\"longshort_ppl\": [0, 1]}' "
                  "(double quotes inside, single outside)",
     "--fewshot_as_multiturn": "give true or false (lm-eval reads any word but true, 1 or yes as false)",
@@ -86,8 +86,8 @@ def check_option_values(args: Sequence[str]) -> None:
     parser types read by that parser's own type function, before anything runs; ``ValueError`` in one line naming
     the option and what it takes (:data:`TAKES`); a ``key=value`` option's JSON that does not parse names the
     option (:data:`JSON_EXAMPLES`). ``--fewshot_as_multiturn maybe``, which lm-eval read as false, is
-    refused too, and so are a ``--limit`` lm-eval would misread (:func:`check_limit`) and a negative ``--num_fewshot``
-    (:func:`check_num_fewshot`)."""
+    refused too, and so are a ``--limit`` lm-eval would misread (:func:`check_limit`), a negative ``--num_fewshot``
+    (:func:`check_num_fewshot`) and a ``--max_batch_size`` below 1 (:func:`check_max_batch_size`)."""
     from argparse import ArgumentTypeError
 
     from lm_eval._cli.utils import MergeDictAction  # deferred: lm_eval (as _run_actions)
@@ -112,6 +112,7 @@ def check_option_values(args: Sequence[str]) -> None:
             logging.disable(logging.NOTSET)
     check_limit(option(args, "--limit"))
     check_num_fewshot(option(args, "--num_fewshot"))
+    check_max_batch_size(option(args, "--max_batch_size"), f"--max_batch_size {option(args, '--max_batch_size')}")
     check_batch_size(option(args, "--batch_size"), f"--batch_size {option(args, '--batch_size')}")
 
 
@@ -166,6 +167,20 @@ def check_num_fewshot(value: Optional[str]) -> None:
         return  # check_option_values says what it takes
     if negative:
         raise ValueError(f"--num_fewshot {value} is not accepted: {TAKES['--num_fewshot']}")
+
+
+def check_max_batch_size(value: Optional[str], given_as: str) -> None:
+    """lm-eval's parser takes any ``int`` for ``--max_batch_size``; its ``hf`` starts ``--batch_size auto`` there
+    (accelerate's ``find_executable_batch_size``): 0 ran at batch size 1 without a word, -1 failed once the model had
+    loaded ("Trying to create tensor with negative dimension -1"), and the longshort model refused both naming
+    ``max_batch_size=`` of its arguments. Refused in one line starting with ``given_as`` (as
+    :func:`check_batch_size`)."""
+    try:
+        below_one = value is not None and int(value) < 1
+    except ValueError:
+        return  # check_option_values says what it takes
+    if below_one:
+        raise ValueError(f"{given_as} is not accepted: {TAKES['--max_batch_size']}")
 
 
 def canonical_options(args: Sequence[str]) -> List[str]:

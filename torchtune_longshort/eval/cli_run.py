@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
-from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, check_batch_size, check_option_values,
-                                              check_verbosity, flag_given, home_expanded, option)
+from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, check_batch_size, check_max_batch_size,
+                                               check_option_values, check_verbosity, flag_given, home_expanded, option)
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
@@ -113,6 +113,8 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
             raise ValueError(f"--{key} {flag} and --model_args {key}={in_args}: give it once (--{key})")
         if key == "batch_size":
             check_batch_size(in_args, f"--model_args batch_size={in_args}")
+        if key == "max_batch_size":
+            check_max_batch_size(in_args, f"--model_args max_batch_size={in_args}")
         out = _without_model_args_key(out, key) + [f"--{key}", in_args]
     device = option(out, "--device")
     if device is None:
