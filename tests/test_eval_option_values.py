@@ -159,3 +159,36 @@ def test_a_max_batch_size_below_one_is_refused_naming_the_flag_before_any_model_
         if model == "hf":
             out = lm_eval_argv([*run, "--model_args", "pretrained=/nonexistent", "--max_batch_size", good])
             assert out[out.index("--max_batch_size") + 1] == good
+
+
+def test_a_batch_size_hf_takes_but_the_longshort_model_does_not_is_refused_naming_the_flag():
+    # `--batch_size auto:2.5` passed the flag's check (hf reads N by float) and the longshort model then refused it
+    # naming its own argument, `batch_size='auto:2.5' is not accepted: ...`; `auto:inf` passed too, for every model
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+    from torchtune_longshort.eval.model.args import batch_sizes
+
+    def run(model, *args):
+        return lm_eval_argv(["run", "--model", model, "--tasks", "longshort_ppl", *args])
+
+    for value in ("auto:2.5", "auto:2.0", "auto:1e1"):
+        _hf_batch_size(value)  # hf takes it
+        with pytest.raises(ValueError):
+            batch_sizes(value, None)  # the reference: the longshort model's own reading refuses it
+        out = run("hf", "--model_args", "pretrained=/nonexistent", "--batch_size", value)
+        assert out[out.index("--batch_size") + 1] == value
+        for args, given in ((["--model_args", "pretrained=/nonexistent", "--batch_size", value],
+                             f"--batch_size {value}"),
+                            (["--model_args", f"pretrained=/nonexistent,batch_size={value}"],
+                             f"--model_args batch_size={value}")):
+            with pytest.raises(ValueError) as e:
+                run("longshort", *args)
+            line = str(e.value)
+            assert line.startswith(f"{given}: the longshort model takes ") and "\n" not in line, line
+    every = _hf_batch_size("auto:inf")[1]
+    with pytest.raises(ZeroDivisionError):
+        3 // int(12 / every)  # the reference: hf's _batch_scheduler, pos // int(len(requests) / N)
+    for model in ("hf", "longshort"):
+        with pytest.raises(ValueError, match=r"^--batch_size auto:inf: give a whole number"):
+            run(model, "--model_args", "pretrained=/nonexistent", "--batch_size", "auto:inf")
+    batch_sizes("auto:4", None)
+    run("hf", "--model_args", "pretrained=/nonexistent", "--batch_size", "auto:4")

@@ -120,12 +120,13 @@ def check_batch_size(value: Optional[str], given_as: str) -> None:
     """lm-eval's parser takes any ``--batch_size`` string; its ``hf`` model reads ``auto`` / ``auto:N`` (``N`` by
     ``float``), else ``int``, once the model has loaded ("invalid literal for int() with base 10: 'x'"), and our
     model named ``batch_size=`` of its arguments: refused before, in one line starting with ``given_as`` (the flag
-    and its value, or ``--model_args batch_size=...``, which goes on as the flag)."""
+    and its value, or ``--model_args batch_size=...``, which goes on as the flag). ``auto:inf`` too: ``hf``
+    re-detects every ``int(len(requests) / N)`` requests, 0 there (ZeroDivisionError once the model had loaded)."""
     if value is None:
         return
     every = value[len("auto:"):] if value.startswith("auto:") else None
     try:
-        ok = value == "auto" or (float(every) > 0 if every is not None else int(value) >= 1)
+        ok = value == "auto" or (0 < float(every) < math.inf if every is not None else int(value) >= 1)
     except ValueError:
         ok = False
     if not ok:

@@ -22,7 +22,7 @@ from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, che
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
-from torchtune_longshort.eval.model.args import check_model_fits, parse_model_args
+from torchtune_longshort.eval.model.args import batch_sizes, check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import (lacks_template, no_template_message, select_template, template_name,
                                                  template_tokenizer)
 from torchtune_longshort.eval.model.generation import not_greedy
@@ -97,6 +97,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         return out
     model = option(out, "--model")
     check_option_values(out)  # --seed, --limit, --samples...: lm-eval's parser named its type function
+    _check_model_batch_size(option(out, "--batch_size"), f"--batch_size {option(out, '--batch_size')}", model)
     _check_output_path(option(out, "--output_path"))
     from torchtune_longshort.eval.output_path_apart import check_output_path_apart  # deferred: lm_eval (its tracker)
     check_output_path_apart(out, lambda key: _model_args_value(out, key), model == "longshort")
@@ -112,7 +113,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         if flag is not None:
             raise ValueError(f"--{key} {flag} and --model_args {key}={in_args}: give it once (--{key})")
         if key == "batch_size":
-            check_batch_size(in_args, f"--model_args batch_size={in_args}")
+            _check_model_batch_size(in_args, f"--model_args batch_size={in_args}", model)
         if key == "max_batch_size":
             check_max_batch_size(in_args, f"--model_args max_batch_size={in_args}")
         out = _without_model_args_key(out, key) + [f"--{key}", in_args]
@@ -126,6 +127,21 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         _refuse_unrepresentable(out, model or "hf")
         return out
     return _checkpoint_dir_as_pretrained(out)
+
+
+def _check_model_batch_size(value: Optional[str], given_as: str, model: Optional[str]) -> None:
+    """:func:`check_batch_size`, and with ``--model longshort`` what its model takes (:func:`batch_sizes`: ``auto:N``
+    with a whole ``N``): ``--batch_size auto:2.5``, which ``hf`` reads, passed the flag's check and the model then
+    refused it naming ``batch_size=`` of its arguments. One line starting with ``given_as``."""
+    check_batch_size(value, given_as)
+    if model != "longshort" or value is None:
+        return
+    try:
+        batch_sizes(value, None)
+    except ValueError:
+        raise ValueError(f"{given_as}: the longshort model takes a whole number (e.g. 8), auto, or auto:N with N a "
+                         "whole number, 1 or more (auto:4: back to --max_batch_size at 4 points of each request list)"
+                         ) from None
 
 
 def check_arguments(out: List[str]) -> None:
