@@ -209,3 +209,18 @@ def test_the_divergence_variant_takes_a_dotted_path_named_by_its_last_part(tmp_p
                                          r"\(divergence='nodivs_mod.f': 'nodivs_mod.f' does not import"):
         divergences("variants.divergence.divergences", ["nodivs_mod.f"])
     sys.modules.pop("study_divs", None)
+
+
+def test_the_babilong_haystack_field_says_what_the_generators_help_says(capsys):
+    # eval.babilong.haystack said "stdlib, pg19, or a .txt file or folder (default: the generator's)": no glob, which
+    # the generator's --haystack (the study passes the value on) takes, ** any folders
+    from torchtune_longshort.eval.tasks.babilong import generator
+    from torchtune_longshort.study.eval_config import BabilongConfig
+
+    with pytest.raises(SystemExit):
+        generator.main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())  # the reference: what the generator's --help says
+    entry = said.split("--haystack HAYSTACK ", 1)[1].split(" (default stdlib)", 1)[0].replace(", quoted", "")
+    assert "glob" in entry and "**" in entry, entry
+    doc = next(f.metadata["doc"] for f in dataclasses.fields(BabilongConfig) if f.name == "haystack")
+    assert " ".join(doc.split()).startswith(entry), (doc, entry)

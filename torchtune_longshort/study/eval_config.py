@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.babilong.generator import generate
-from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS
+from torchtune_longshort.eval.tasks.babilong.haystack import GLOB_EXAMPLE, HAYSTACK_FORMS, LENGTHS
 from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS
 from torchtune_longshort.eval.tasks.babilong.task import task_of
 from torchtune_longshort.eval.tasks.common.lengths import lengths_key, per_depth, per_length
@@ -73,7 +73,7 @@ class BabilongConfig(StudySection):
                                           check=values.depths)
     n: int = setting(2, doc="samples per task, length and depth", check=integer(1))
     qa: str = setting("qa1,qa2,qa3,qa4,qa5", doc="comma list of QA tasks", check=values.qa_tasks)
-    haystack: Optional[str] = setting(None, doc="stdlib, pg19, or a .txt file or folder (default: the generator's)",
+    haystack: Optional[str] = setting(None, doc=f"{HAYSTACK_FORMS} {GLOB_EXAMPLE} (default: the generator's)",
                                       check=text, written_if_set=True)
 
     @property

@@ -39,6 +39,8 @@ from torchtune_longshort.config.inside_input import (glob_folders, refuse_glob_r
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.eval.tasks.babilong.haystack import (
     DEPTHS,
+    GLOB_EXAMPLE,
+    HAYSTACK_FORMS,
     LENGTHS,
     build_sample,
     iter_haystack_lines,
@@ -307,8 +309,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "the depths the tasks score; default: none, the facts scattered at random as in BABILong)")
     ap.add_argument("--n", type=int, default=50, help="rows per length, task and depth (default %(default)s)")
     ap.add_argument("--haystack", default="stdlib",
-                    help="stdlib | pg19 | a .txt file, a folder of .txt files, or a glob, quoted "
-                    "('./books/**/*.txt': ** is any folders, none included) (default %(default)s)")
+                    help=f"{HAYSTACK_FORMS}, quoted {GLOB_EXAMPLE} (default %(default)s)")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the stories and of where the facts go; the rows of one (qa, length[, depth]) "
                     "depend on it and those alone, not on what else is asked (default %(default)s)")
     ap.add_argument("--fit", choices=FITS, default="input",

@@ -27,6 +27,10 @@ from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, reada
 # BABILong's length labels and the token counts we build them to (labels: eval.lengths, "1k" = 1024 tokens).
 LENGTHS: Dict[str, int] = {length_label(n): n for n in (0, *(1024 * 2**i for i in range(8)))}
 DEPTHS = (0, 25, 50, 75, 100)
+# What a haystack may be (:func:`iter_haystack_lines`), as the generator's --haystack and the study's
+# eval.babilong.haystack say it; a glob's ** is recursive (glob.glob(..., recursive=True)), so it matches no folder too
+HAYSTACK_FORMS = "stdlib | pg19 | a .txt file, a folder of .txt files, or a glob"
+GLOB_EXAMPLE = "('./books/**/*.txt': ** is any folders, none included)"
 # Stated length tolerance: |tokens(input) - target| <= LENGTH_TOLERANCE_FRAC * target + LENGTH_TOLERANCE_TOKENS.
 LENGTH_TOLERANCE_FRAC = 0.01
 LENGTH_TOLERANCE_TOKENS = 8
