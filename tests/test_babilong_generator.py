@@ -179,7 +179,8 @@ def test_a_haystack_much_shorter_than_the_length_is_warned_about(tmp_path, sp_to
                  haystack=str(tmp_path / "two.txt"))
     tokens = haystack.load_token_counter(str(sp_tokenizer_dir))("ab")  # the reference: the text's own token count
     err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
-    assert err == [f"babilong generator: warning: haystack '{tmp_path / 'two.txt'}' holds {tokens} tokens, much "
+    # named as the refusals name the flag (--haystack='...'); it said "haystack '...'" (leftalone46)
+    assert err == [f"babilong generator: warning: --haystack='{tmp_path / 'two.txt'}' holds {tokens} tokens, much "
                    f"shorter than the longest length asked (2048 tokens): a sample repeats it about "
                    f"{round(2048 / tokens)} times; name a longer text"], err
     (tmp_path / "book.txt").write_text("".join(f"Line {i} of a long enough book.\n" for i in range(600)))
@@ -256,3 +257,16 @@ def test_a_stopped_generator_ends_in_one_line(monkeypatch, capsys):
     assert exit_info.value.code == 130
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "generator: interrupted (SIGINT): each file written so far is whole; the same command writes them all again")
+
+
+def test_a_skipped_haystack_record_is_warned_about_naming_the_flag(monkeypatch, caplog):
+    """A PG19 record the haystack could not read was warned about as "haystack 'pg19': skipped an unreadable record",
+    while the generator's refusals name the flag as typed (--haystack='pg19'); now the warning does too."""
+    from torchtune_longshort.data.text_files import SkippedRecord
+
+    monkeypatch.setattr(haystack.corpus, "pg19", lambda **kw: lambda: iter(["a line", SkippedRecord("record 1: x")]))
+    with caplog.at_level("WARNING"):
+        lines = haystack.iter_haystack_lines("pg19", label="--haystack")
+        assert [next(lines) for _ in range(2)] == ["a line", "a line"]  # the skipped record gives no line
+    said = [r.getMessage() for r in caplog.records if "skipped an unreadable record" in r.getMessage()]
+    assert said and said[0].startswith("--haystack='pg19': skipped an unreadable record (1 so far): record 1: x"), said

@@ -212,7 +212,7 @@ def _warn_if_repeated(haystack: str, longest: int, count_tokens) -> None:
     text = short_local_haystack(haystack, 16 * longest)
     tokens = max(count_tokens(text), 1) if text is not None else longest
     if longest / tokens >= REPEATS_WARNED:
-        print(f"babilong generator: warning: haystack {haystack!r} holds {tokens} tokens, much shorter than the "
+        print(f"babilong generator: warning: --haystack={haystack!r} holds {tokens} tokens, much shorter than the "
               f"longest length asked ({longest} tokens): a sample repeats it about {round(longest / tokens)} times; "
               "name a longer text", file=sys.stderr)
 

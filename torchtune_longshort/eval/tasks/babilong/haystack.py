@@ -111,7 +111,7 @@ def _one_pass(haystack: str, label: str = "haystack") -> Iterator[str]:
             accepted = "'stdlib', 'pg19', a text file, a glob or a folder of .txt files"
             raise FileNotFoundError(f"{e}; accepted: {accepted}") from None
         docs = iter_documents(files, encoding_errors="replace")
-    for doc in readable_texts(docs, "", f"haystack {haystack!r}"):
+    for doc in readable_texts(docs, "", f"{label}={haystack!r}"):  # as its refusals name it
         for line in doc.splitlines():
             line = line.strip()
             if line:
