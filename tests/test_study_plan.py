@@ -149,3 +149,21 @@ def test_a_plan_over_its_budget_is_refused_at_load_with_the_arithmetic(real_mode
         "yarn_a0.1_s2) is estimated at 60 start + 2 wave(s) of up to 3 fine-tunes x (105 train + 95 evaluation) = "
         "460 s, over budget_s=450: split it into smaller commands")
     assert not (tmp_path / "o").exists()
+
+
+def test_plan_with_report_only_is_refused_naming_both(capsys, tmp_path, monkeypatch):
+    # `--plan --report-only` printed the plan's training commands, exit 0, as if --report-only were not there
+    import argparse
+
+    import torchtune_longshort.models.gguf as gguf
+
+    with pytest.raises(SystemExit) as usage:
+        argparse.ArgumentParser().error("x")  # the reference: the status of a command-line usage error
+    capsys.readouterr()
+    monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf, "_fetch_and_convert", lambda *a, **k: pytest.fail("fetched the base model"))
+    for order in (["--plan", "--report-only"], ["--report-only", "--plan"]):
+        rc, out, err = _study(["--config", SEEDS, *order, "--out", str(tmp_path / "o")], capsys)
+        assert rc == usage.value.code and out == "" and err.count("\n") == 1, (rc, out, err)
+        assert err.startswith(REFUSED + "--plan and --report-only: give one"), err
+    assert list(tmp_path.iterdir()) == []  # nothing written, nothing fetched

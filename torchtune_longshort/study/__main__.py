@@ -78,6 +78,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.jobs is not None and a.jobs < 1:  # before the config is read: --plan (which exits early) took it too
         p.error(f"--jobs={a.jobs}: expected a positive integer")
+    if a.plan and a.report_only:  # the plan printed its training commands, as if --report-only were not there
+        return refusal(PROG, "--plan and --report-only: give one (--plan prints the commands that train the grid; "
+                             "--report-only trains nothing and rebuilds the report from the runs there)")
     quiet_upstream()  # before the config is checked: its components import torchtune (torchao logs a line)
     root = Path(a.repo_root).resolve()
     try:  # every key and value, the recipe configs of the runs included, before anything trains
