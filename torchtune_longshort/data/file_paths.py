@@ -82,10 +82,10 @@ def in_hidden(f: Path, folder: Path) -> bool:
 
 def warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left: Sequence[Path],
                   names: Any) -> None:
-    """Warn of the files ``left`` that a folder in ``path`` holds and :func:`~.corpus.local_text` does not read (their suffix
-    is none of ``suffixes``: a book saved without one, a ``.text`` file; :func:`resolve_files` finds them), naming the
-    key that takes them: they were left out without a word. Hidden files and folders (``.DS_Store``, ``.git/``) are
-    not among them. ``names``: the source's :class:`~.source_names.SourceNames`."""
+    """Warn of the files ``left`` that a folder in ``path`` holds and :func:`~.corpus.local_text` does not read (their
+    suffix is none of ``suffixes``: a book saved without one, a ``.text`` file; :func:`resolve_files` finds them),
+    naming the key that takes them: they were left out without a word. Hidden files and folders (``.DS_Store``,
+    ``.git/``) are not among them. ``names``: the source's :class:`~.source_names.SourceNames`."""
     if left and launched_rank() == 0:  # every process of a launch reads the source: said once
         named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
         way = f"; add theirs to {names('suffixes')} to read them" if named else ""

@@ -1,7 +1,7 @@
 """Run lm-eval's CLI in this process (the ``longshort`` model registered) and read back its results JSON.
 
-Same code path as ``longshort-eval`` (``python -m torchtune_longshort.eval``); useful from scripts, notebooks and tests that want the
-CLI's behaviour without paying the interpreter start-up and imports again.
+Same code path as ``longshort-eval`` (``python -m torchtune_longshort.eval``); useful from scripts, notebooks and tests
+that want the CLI's behaviour without paying the interpreter start-up and imports again.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ counts (per task, and per depth x length cell) and ``--limit``, group coverage, 
 loss curves of ``longshort_ppl``.
 
 Task names are read as the pack's current names: a family's former name (``long_ppl`` in results written before the
-pack's names took the ``longshort_`` prefix) becomes its current one (:func:`torchtune_longshort.eval.tasks.current_name`).
+pack's names took the ``longshort_`` prefix) becomes its current one
+(:func:`torchtune_longshort.eval.tasks.current_name`).
 """
 
 from __future__ import annotations

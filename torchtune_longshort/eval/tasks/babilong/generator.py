@@ -305,12 +305,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--qa", default=",".join(QA_TASKS), help="comma list of qa1..qa5 (default %(default)s)")
     ap.add_argument("--lengths", default="0k,1k,2k,4k",
                     help=f"comma list of {', '.join(LENGTHS)} (default %(default)s)")
-    ap.add_argument("--depths", default=None, help=f"comma list of fact depths in %% (of {', '.join(map(str, DEPTHS))}, "
+    ap.add_argument("--depths", default=None,
+                    help=f"comma list of fact depths in %% (of {', '.join(map(str, DEPTHS))}, "
                     "the depths the tasks score; default: none, the facts scattered at random as in BABILong)")
     ap.add_argument("--n", type=int, default=50, help="rows per length, task and depth (default %(default)s)")
     ap.add_argument("--haystack", default="stdlib",
                     help=f"{HAYSTACK_FORMS}, quoted {GLOB_EXAMPLE} (default %(default)s)")
-    ap.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the stories and of where the facts go; the rows of one (qa, length[, depth]) "
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                    help="seed of the stories and of where the facts go; the rows of one (qa, length[, depth]) "
                     "depend on it and those alone, not on what else is asked (default %(default)s)")
     ap.add_argument("--fit", choices=FITS, default="input",
                     help="what a length label sizes: the row's input (BABILong's way), or the whole request the "

@@ -60,8 +60,9 @@ class RequestPrompt(Protocol):
 def load_token_counter(tokenizer: str, trust_remote_code: Optional[bool] = None,
                        label: str = "tokenizer") -> Callable[[str], int]:
     """``text -> number of tokens`` (special tokens not counted) for a tokenizer folder or file of any format the
-    project reads, or a Hugging Face tokenizer name (:class:`~torchtune_longshort.eval.tasks.common.long_text.TaskTokenizer`,
-    ``trust_remote_code`` as it takes it; ``label``: the name a refusal gives it)."""
+    project reads, or a Hugging Face tokenizer name
+    (:class:`~torchtune_longshort.eval.tasks.common.long_text.TaskTokenizer`, ``trust_remote_code`` as it takes it;
+    ``label``: the name a refusal gives it)."""
     tok = TaskTokenizer(tokenizer, trust_remote_code, label)
     return lambda text: len(tok.encode(text))
 
