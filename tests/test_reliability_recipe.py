@@ -226,13 +226,13 @@ def test_resume_refuses_changes_that_break_exactness_and_applies_the_others():
 
 def test_a_checkpoint_missing_a_shard_is_not_a_resume_point(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     """A step folder counts as complete only when every file its index names is there."""
-    from torchtune_longshort.models.hf_checkpoint import load_hf_state_dict, read_hf_config
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, read_hf_config
     from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
     from torchtune.models.convert_weights import hf_to_tune
     from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path
 
     cfg = read_hf_config(tiny_llama2_dir)
-    sd = hf_to_tune(load_hf_state_dict(tiny_llama2_dir), num_heads=cfg["num_attention_heads"],
+    sd = hf_to_tune(CheckpointFolder.open(tiny_llama2_dir).hf_state_dict(), num_heads=cfg["num_attention_heads"],
                     num_kv_heads=cfg["num_key_value_heads"], dim=cfg["hidden_size"])
     for step in (2, 4):
         d = write_hf_checkpoint(tmp_path / f"step_{step}", sd, cfg, tokenizer=sp_tokenizer_dir, max_shard_bytes=100_000)

@@ -378,11 +378,6 @@ def checkpoint_fingerprint(checkpoint_dir: PathLike) -> str:
     return CheckpointFolder.open(checkpoint_dir).fingerprint()
 
 
-def load_hf_state_dict(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
-    """Every weight file of a checked checkpoint folder, merged (HF key names and layout)."""
-    return CheckpointFolder.open(checkpoint_dir).hf_state_dict()
-
-
 def load_rope_parameters(checkpoint_dir: PathLike) -> Dict[str, torch.Tensor]:
     """The learned RoPE parameters of a checkpoint (keyed by their name inside the RoPE module); {} if none."""
     side = Path(checkpoint_dir) / ROPE_SIDE_FILE

@@ -178,21 +178,6 @@ def process_results(doc: Mapping[str, Any], results: List[str]) -> Dict[str, flo
     return {"score": score, f"score_{length_bucket(doc['length'])}": score}
 
 
-def bucket_scores(dataset: str, predictions: Sequence[str], docs: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
-    """Per-bucket and overall mean score (in [0, 1]) of ``predictions`` on ``docs``, outside lm-eval.
-
-    Buckets without samples are left out (LongBench's scorer_e would print NaN for them).
-    """
-    if len(predictions) != len(docs):
-        raise ValueError(f"predictions has {len(predictions)} items but docs has {len(docs)}; they must match")
-    per: Dict[str, List[float]] = {}
-    for pred, doc in zip(predictions, docs):
-        out = process_results({**doc, "dataset": dataset}, [pred])
-        for k, v in out.items():
-            per.setdefault(k, []).append(v)
-    return {k: sum(v) / len(v) for k, v in per.items()}
-
-
 # A row standing for data that could not be had carries the reason here (the pack's one placeholder field).
 MISSING_DATA_FIELD = ERROR_FIELD
 
