@@ -170,11 +170,13 @@ class StepCheckpoints:
 
     @staticmethod
     def _saved_config(folder: Path) -> Optional[dict]:
-        """The config saved in ``folder``'s recipe state, or None (no state, or one that does not load)."""
+        """The config saved in ``folder``'s recipe state, or None (no state, or one that does not load: what
+        :func:`read_recipe_state` raises for a missing, forbidden or unreadable file, or a file holding no dict)."""
         try:
-            return read_recipe_state(folder, mmap=True).get("config")
-        except Exception:
+            state = read_recipe_state(folder, mmap=True)
+        except (OSError, ValueError):  # any other error is a fault of ours: shown, not taken for "no config"
             return None
+        return state.get("config") if isinstance(state, dict) else None
 
     def moved_step(self, after: int) -> Optional[str]:
         """A recipe state newer than step ``after`` whose ``step_<k>/`` is gone (not set aside by a save that replaces
