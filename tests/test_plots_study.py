@@ -216,7 +216,7 @@ def test_a_heatmap_of_many_alphas_wraps_its_panels_within_the_widest_figure():
     # MAX_FIGURE_WIDTH_IN wide, each panel still in its place (method, alpha), length labels under every panel with
     # no panel right below it (the last row, and above a wrapped row's gap), depth labels on each row's first panel.
     from torchtune_longshort.lengths import length_label
-    from torchtune_longshort.plots.axes import MAX_FIGURE_WIDTH_IN
+    from torchtune_longshort.plots.panels import MAX_FIGURE_WIDTH_IN
     from torchtune_longshort.study.eval_config import metric_of
 
     alphas = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
@@ -250,7 +250,7 @@ def test_a_heatmap_of_many_alphas_wraps_its_panels_within_the_widest_figure():
 def test_a_line_figure_of_many_methods_wraps_its_panels_within_the_widest_figure():
     # One panel per method, 5 inches each: 8 methods made a 40-inch row; they wrap onto rows of a figure at most
     # MAX_FIGURE_WIDTH_IN wide, each panel its method's, no title or label running into another.
-    from torchtune_longshort.plots.axes import MAX_FIGURE_WIDTH_IN
+    from torchtune_longshort.plots.panels import MAX_FIGURE_WIDTH_IN
 
     lengths = [128, 256, 512]
     methods = ["pi", "ntk", "yarn", "abf", "eabf", "clex", "dynamic_ntk", "llama3"]

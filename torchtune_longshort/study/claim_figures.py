@@ -13,8 +13,9 @@ from typing import Any, Callable, Dict, List
 
 from torchtune_longshort.output_guard import save_figure
 from torchtune_longshort.plots.axes import (LENGTH_LABEL, MARKERS, POSITION_LABEL, below_x_axis, length_axis,
-                                            mark_quick, note_missing, overlapping, panel_row, position_axis,
-                                            series_style, value_axis)
+                                            mark_quick, note_missing, overlapping, position_axis, series_style,
+                                            value_axis)
+from torchtune_longshort.plots.panels import panel_row
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.not_drawn import positions_not_drawn
 from torchtune_longshort.study.comparisons import by_seed, long_lengths, train_ce

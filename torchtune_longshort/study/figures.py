@@ -18,10 +18,10 @@ from typing import Any, Dict, List, Optional
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
-from torchtune_longshort.plots.axes import (LENGTH_LABEL, MISSING_GID, POSITION_LABEL, count_axis, fraction_text,
-                                            heatmap_size, length_axis, mark_quick, note_missing, panel_row,
-                                            position_axis,
-                                            series_style, value_axis, wrap_columns, wrapped_panels, wrapped_title)
+from torchtune_longshort.plots.axes import (LENGTH_LABEL, MISSING_GID, POSITION_LABEL, count_axis, length_axis,
+                                            mark_quick, note_missing, position_axis, series_style, value_axis)
+from torchtune_longshort.plots.panels import (fraction_text, heatmap_size, panel_row, wrap_columns, wrapped_panels,
+                                              wrapped_title)
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.plots.not_drawn import positions_not_drawn

@@ -11,9 +11,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.output_guard import atomic_open, save_figure
 from torchtune_longshort.plots.axes import (
-    LENGTH_LABEL, LINESTYLES, MISSING_GID, POSITION_LABEL, fraction_text, heatmap_size, length_axis, note_missing,
-    position_axis, series_style, value_axis, wrapped_title,
+    LENGTH_LABEL, LINESTYLES, MISSING_GID, POSITION_LABEL, length_axis, note_missing, position_axis, series_style,
+    value_axis,
 )
+from torchtune_longshort.plots.panels import fraction_text, heatmap_size, wrapped_title
 from torchtune_longshort.plots.not_drawn import positions_not_drawn
 from torchtune_longshort.eval.report.results_io import CELL_METRIC, metric_length
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
@@ -46,8 +47,8 @@ def heatmap_figure(grid: Dict[Tuple[int, str], Dict[int, float]], title: str,
     ``counts`` (``{(length label, depth): n}``, :func:`results_io.load_cell_counts`): every cell states the n
     samples its value averages (``1.00`` from one sample is not ``1.00`` from fifty); without counts (lm-eval run
     without ``--log_samples``) the title says n is not known. One row or one column keeps readable cells
-    (:func:`plot_axes.heatmap_size`) and the title is wrapped to the figure's width, so neither is squeezed nor
-    clipped."""
+    (:func:`~torchtune_longshort.plots.panels.heatmap_size`) and the title is wrapped to the figure's width, so
+    neither is squeezed nor clipped."""
     from matplotlib.figure import Figure
 
     lengths = sorted(grid)

@@ -12,7 +12,8 @@ from typing import Any, Dict, List
 
 from matplotlib.figure import Figure
 
-from torchtune_longshort.plots.axes import MARKERS, mark_quick, overlapping, value_axis, wrapped_title
+from torchtune_longshort.plots.axes import MARKERS, mark_quick, overlapping, value_axis
+from torchtune_longshort.plots.panels import wrapped_title
 from torchtune_longshort.study.table1.analysis import MAIN_PREDICTOR, PREDICTORS, TARGETS, main_correlation, rho_text
 from torchtune_longshort.study.table1.config import Table1Config
 
