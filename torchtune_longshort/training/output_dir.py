@@ -6,7 +6,8 @@ keeps a second run out.
 - otherwise an existing, non-empty folder is refused unless ``overwrite`` is set, and ``overwrite`` deletes only a
   folder this recipe made (:data:`MARKER`) holding nothing the recipe does not write (:mod:`.written_files`: the
   names it writes; in the step folders and the metric logger's folder, the files their manifest lists), never
-  one that holds or lies inside an input of the run, the working directory, ``$HOME`` or a git work tree.
+  one that holds or lies inside an input of the run, the working directory, ``$HOME`` or a git work tree
+  (:mod:`.overwrite_rules`).
 - :func:`claim_output_dir` checks those rules, takes the folder's lock (:class:`OutputDirLock`, the owner's PID)
   and prepares a new folder; a refused setup gives a folder it made back. An earlier run that ``overwrite``
   replaces is deleted only by :meth:`OutputDirLock.clear_earlier_run`, which the recipe calls once its setup has
@@ -20,7 +21,7 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.output_guard import atomic_write_text, missing_root, remove_made_folders
@@ -30,17 +31,15 @@ from torchtune_longshort.training.lock_holder import (
 )
 from torchtune_longshort.training.output_aside import (
     DISCARDED, LOCK, MARKER, REPLACED, mend_interrupted_start, nothing_written, remove_tree as _remove,
-    resumable_aside, user_tmp_folder as _user_tmp_folder, ways_on as _ways_on,
+    resumable_aside, ways_on as _ways_on,
 )
 from torchtune_longshort.training.checkpointing import (
-    MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, StepCheckpoints,
+    RECIPE_STATE_DIR, STAGING, PathLike, StepCheckpoints,
 )
 from torchtune_longshort.training.written_files import (
-    HERE, files_under, entries_of_another_kind, foreign_written, listed_files, record_written, written_by_recipe,
+    HERE, files_under, entries_of_another_kind, foreign_written, record_written, written_by_recipe,
 )
-
-Input = Union[PathLike, Tuple[str, PathLike]]  # a path the run reads, or (the config field naming it, the path)
-
+from torchtune_longshort.training.overwrite_rules import Input, check_deletable, deletion_rank
 
 def prepare_output_dir(
     output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
@@ -66,17 +65,12 @@ def prepare_output_dir(
         # in the order that keeps a kill part-way an earlier run the next overwrite still takes for the recipe's: the
         # states (a state counts as the recipe's only beside its step folder's list), the step folders, the rest,
         # each folder's list of files last of it, the marker last of all; this run's own lock stays
-        for child in sorted((c for c in out.iterdir() if c.name != LOCK), key=_deletion_rank):
+        for child in sorted((c for c in out.iterdir() if c.name != LOCK), key=deletion_rank):
             _remove(child)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / MARKER, "made by torchtune_longshort's recipe; overwrite_output_dir=True may delete this "
                       "folder\n")  # whole or not at all: a full disk leaves no empty marker
     return out
-
-
-def _deletion_rank(child: Path) -> int:
-    """The order overwrite deletes a folder's entries in: recipe states, steps, the rest, the manifest, the marker."""
-    return {RECIPE_STATE_DIR: 0, MANIFEST: 3, MARKER: 4}.get(child.name, 1 if STEP_PATTERN.match(child.name) else 2)
 
 
 def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
@@ -125,64 +119,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         if not overwrite:
             raise FileExistsError(f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. "
                                   f"{_ways_on(out)}")
-        _check_deletable(out, protect, written_here)
-
-
-def _contains(folder: Path, path: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
-def _deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequence[str]) -> Optional[str]:
-    """Why the resolved folder ``real`` may not be deleted (None: it may)."""
-    if real == Path(real.anchor):
-        return "it is a filesystem root"
-    try:
-        cwd: Optional[Path] = Path.cwd().resolve()
-    except FileNotFoundError:  # the working directory was deleted under us: nothing to protect there
-        cwd = None
-    if cwd is not None and _contains(real, cwd):
-        return f"it contains the working directory {str(cwd)!r}"
-    home = Path.home().expanduser().resolve()
-    if _contains(real, home):
-        return f"it contains $HOME ({str(home)!r})"
-    if (real / ".git").exists():
-        return "it is a git work tree"
-    if not (real / MARKER).is_file():
-        return f"this recipe did not make it (no {MARKER} marker)"
-    for item in protect:
-        field, p = item if isinstance(item, tuple) else (None, item)
-        p = Path(p).expanduser().resolve()
-        what = f"{field}={str(p)!r}" if field else str(p)
-        if _contains(real, p):
-            return f"it holds {what}, which this run reads"
-        if p in real.parents:
-            return f"it lies inside {what}, which this run reads"
-    nested = sorted(str(m.parent.relative_to(real)) for top in real.iterdir() if top.is_dir() and not top.is_symlink()
-                    for m in top.glob(f"**/{MARKER}"))  # a link is not followed (its target: any tree, / too)
-    if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
-        return f"it holds {nested[0]!r}, the output folder of another run"
-    # an earlier run's log folder under another log_dir (it holds the MANIFEST only the recipe writes): checked as one
-    written_here = [*written_here, *(p.name for p in real.iterdir() if p.is_dir() and not p.is_symlink()
-                                     and (p / MANIFEST).is_file() and not written_by_recipe(p.name, written_here))]
-    logged = {f.split("/", 1)[0] for f in listed_files(real) or ()} if HERE in written_here else set()  # log_dir = here
-    foreign = sorted(p.name for p in real.iterdir() if p.name not in logged and (
-        not written_by_recipe(p.name, written_here) or _user_tmp_folder(p)))
-    foreign += entries_of_another_kind(real) + StepCheckpoints(real).foreign_files()  # a latest/; an eval in step_<k>
-    foreign += foreign_written(real, written_here)  # e.g. notes kept beside the run's logs
-    foreign = list(dict.fromkeys(foreign))  # a file at the top is named once (log_dir = output_dir lists it twice)
-    if foreign:
-        return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
-                "recipe did not write")
-    return None
-
-
-def _check_deletable(out: Path, protect: Sequence[Input], written_here: Sequence[str] = ()) -> None:
-    refuse = _deletion_refusal(out.resolve(), protect, written_here)
-    if refuse:
-        raise FileExistsError(
-            f"overwrite_output_dir=True refuses to delete output_dir={str(out)!r}: {refuse}. Choose another "
-            "output_dir, or move what you keep out of it and delete the folder yourself"
-        )
+        check_deletable(out, protect, written_here)
 
 
 class OutputDirInUse(Refusal, RuntimeError):

@@ -1,0 +1,83 @@
+"""What ``overwrite_output_dir=True`` may delete, and in what order: only a folder this recipe made
+(:data:`~.output_aside.MARKER`) holding nothing the recipe does not write (:mod:`.written_files`), never one that holds
+or lies inside an input of the run, the working directory, ``$HOME``, a git work tree or another run's output folder
+(:func:`deletion_refusal`). :mod:`.output_dir` applies it before it deletes anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence, Tuple, Union
+
+from torchtune_longshort.training.checkpointing import (
+    MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
+)
+from torchtune_longshort.training.output_aside import MARKER, user_tmp_folder as _user_tmp_folder
+from torchtune_longshort.training.written_files import (
+    HERE, entries_of_another_kind, foreign_written, listed_files, written_by_recipe,
+)
+
+Input = Union[PathLike, Tuple[str, PathLike]]  # a path the run reads, or (the config field naming it, the path)
+
+
+def deletion_rank(child: Path) -> int:
+    """The order overwrite deletes a folder's entries in: recipe states, steps, the rest, the manifest, the marker."""
+    return {RECIPE_STATE_DIR: 0, MANIFEST: 3, MARKER: 4}.get(child.name, 1 if STEP_PATTERN.match(child.name) else 2)
+
+
+def _contains(folder: Path, path: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequence[str]) -> Optional[str]:
+    """Why the resolved folder ``real`` may not be deleted (None: it may)."""
+    if real == Path(real.anchor):
+        return "it is a filesystem root"
+    try:
+        cwd: Optional[Path] = Path.cwd().resolve()
+    except FileNotFoundError:  # the working directory was deleted under us: nothing to protect there
+        cwd = None
+    if cwd is not None and _contains(real, cwd):
+        return f"it contains the working directory {str(cwd)!r}"
+    home = Path.home().expanduser().resolve()
+    if _contains(real, home):
+        return f"it contains $HOME ({str(home)!r})"
+    if (real / ".git").exists():
+        return "it is a git work tree"
+    if not (real / MARKER).is_file():
+        return f"this recipe did not make it (no {MARKER} marker)"
+    for item in protect:
+        field, p = item if isinstance(item, tuple) else (None, item)
+        p = Path(p).expanduser().resolve()
+        what = f"{field}={str(p)!r}" if field else str(p)
+        if _contains(real, p):
+            return f"it holds {what}, which this run reads"
+        if p in real.parents:
+            return f"it lies inside {what}, which this run reads"
+    nested = sorted(str(m.parent.relative_to(real)) for top in real.iterdir() if top.is_dir() and not top.is_symlink()
+                    for m in top.glob(f"**/{MARKER}"))  # a link is not followed (its target: any tree, / too)
+    if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
+        return f"it holds {nested[0]!r}, the output folder of another run"
+    # an earlier run's log folder under another log_dir (it holds the MANIFEST only the recipe writes): checked as one
+    written_here = [*written_here, *(p.name for p in real.iterdir() if p.is_dir() and not p.is_symlink()
+                                     and (p / MANIFEST).is_file() and not written_by_recipe(p.name, written_here))]
+    logged = {f.split("/", 1)[0] for f in listed_files(real) or ()} if HERE in written_here else set()  # log_dir = here
+    foreign = sorted(p.name for p in real.iterdir() if p.name not in logged and (
+        not written_by_recipe(p.name, written_here) or _user_tmp_folder(p)))
+    foreign += entries_of_another_kind(real) + StepCheckpoints(real).foreign_files()  # a latest/; an eval in step_<k>
+    foreign += foreign_written(real, written_here)  # e.g. notes kept beside the run's logs
+    foreign = list(dict.fromkeys(foreign))  # a file at the top is named once (log_dir = output_dir lists it twice)
+    if foreign:
+        return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
+                "recipe did not write")
+    return None
+
+
+def check_deletable(out: Path, protect: Sequence[Input], written_here: Sequence[str] = ()) -> None:
+    """Refuse (FileExistsError naming the folder and why) where ``overwrite`` may not delete ``out``."""
+    refuse = deletion_refusal(out.resolve(), protect, written_here)
+    if refuse:
+        raise FileExistsError(
+            f"overwrite_output_dir=True refuses to delete output_dir={str(out)!r}: {refuse}. Choose another "
+            "output_dir, or move what you keep out of it and delete the folder yourself"
+        )
