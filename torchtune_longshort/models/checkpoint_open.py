@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-from torchtune_longshort.models.hf_model import effective_rope_spec, pretrained_rope
+from torchtune_longshort.models.folder_rope import effective_rope_spec, pretrained_rope
 from torchtune_longshort.models.hf_rope import native_positions, usable_length_of
 from torchtune_longshort.models.rope_override import check_override_length, replacement_note, typed
 from torchtune_longshort.models.source_tokenizers import SourceTokenizer
@@ -94,7 +94,7 @@ def usable_positions(config: Dict[str, Any], spec: Optional[Dict[str, Any]], *, 
     length times ``factor``, else ``max_position_embeddings`` (:func:`~torchtune_longshort.models.hf_rope.
     usable_length_of`). An override that names neither is built for the run's ``length`` (the method takes its
     factor as ``length / L``), so it covers ``length``. An override's ``factor`` scales ``pretrained``, the folder's
-    pre-trained length (:func:`~torchtune_longshort.models.hf_model.pretrained_rope`: a scaled folder's own original
+    pre-trained length (:func:`~torchtune_longshort.models.folder_rope.pretrained_rope`: a scaled folder's own original
     length, which the model is built from), not ``max_position_embeddings``: on a Llama-3.1 layout (64 of 256
     positions) ``rope=yarn,rope_factor=2`` covers 128, and 512 let 200-token requests run past its scaling unsaid.
     The method says how far its parameters scale (:meth:`~torchtune_longshort.rope.base.ScaledRoPE.covered_length`:

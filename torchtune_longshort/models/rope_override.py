@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional
 
 from torchtune_longshort.lengths import length_value
 from torchtune_longshort.models.hf_checkpoint import ROPE_SIDE_FILE, CheckpointFolder
-from torchtune_longshort.models.hf_model import keeps_learned_rope, pretrained_rope
+from torchtune_longshort.models.folder_rope import keeps_learned_rope, pretrained_rope
 from torchtune_longshort.models.hf_rope import SPEC_CONTEXT_KEYS
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters, method_parameters
 

@@ -144,7 +144,7 @@ def _install_per_forward(model: nn.Module, rope: nn.Module) -> None:
 
 
 # Set by ``hf_decoder`` on a model built from a folder at a ``max_seq_len`` past the positions its checkpoint was
-# trained at (``models.hf_model.scaling_start_past_checkpoint``): {"max_seq_len", "trained", "field"}.
+# trained at (``models.folder_rope.scaling_start_past_checkpoint``): {"max_seq_len", "trained", "field"}.
 UNSEEN_START_ATTR = "_longshort_unseen_scaling_start"
 
 

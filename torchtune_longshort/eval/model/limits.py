@@ -112,7 +112,7 @@ class RequestLimits:
         override = getattr(args, "rope_spec", None)
         pretrained = 0
         if override is not None:
-            from torchtune_longshort.models.hf_model import pretrained_rope  # deferred: torch
+            from torchtune_longshort.models.folder_rope import pretrained_rope  # deferred: torch
 
             pretrained = int(override.get("original_max_seq_len") or pretrained_rope(args.folder)[1])
         return cls("longshort", args.max_length, args.usable_length, args.allow_extrapolation, args.truncation,

@@ -17,7 +17,7 @@ from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.models.families import family_named
 from torchtune_longshort.models.family_builders import rope_theta
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
-from torchtune_longshort.models.hf_model import scaling_start_of, scaling_start_past_checkpoint
+from torchtune_longshort.models.folder_rope import scaling_start_of, scaling_start_past_checkpoint
 from torchtune_longshort.models.rope_scaling import (apply_rope_scaling, check_scaling_target, rope_scaled,
                                                      scaling_start_refusal)
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, method_parameters
