@@ -21,17 +21,18 @@ with that reason in the results file, and the rest of the run goes on. So is a r
 memory by itself; a batch that does, runs again a request at a time (:mod:`~torchtune_longshort.eval.model.memory`),
 or with ``batch_size=auto`` in halves (:mod:`~torchtune_longshort.eval.model.batch_size`).
 
-Beyond lm-eval's three request types the model answers ``next_token_divergence`` requests (the ``longshort_misalignment``
-task): it runs the model on two suffixes of a text and compares the full next-token distributions (paper Eq. 4).
+Beyond lm-eval's three request types the model answers ``next_token_divergence`` requests (the
+``longshort_misalignment`` task): it runs the model on two suffixes of a text and compares the full next-token
+distributions (paper Eq. 4).
 Scoring lives in :mod:`~torchtune_longshort.eval.model.scoring`, decoding in
-:mod:`~torchtune_longshort.eval.model.generation`.
+:mod:`~torchtune_longshort.eval.model.generation`, ``generate_until`` in
+:mod:`~torchtune_longshort.eval.model.generate_requests`.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections import defaultdict
 from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -40,22 +41,20 @@ import lm_eval.models  # noqa: F401  (fills lm-eval's registry first: it only se
 from lm_eval import utils as lm_utils
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm.auto import tqdm
 
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.model.divergence import divergence
 from torchtune_longshort.eval.model.chat import (no_template_message, render, select_template, template_name,
                                                  template_tokenizer)
-from torchtune_longshort.eval.model.generation import greedy_generate, not_greedy
+from torchtune_longshort.eval.model.generate_requests import GenerationRequests
 from torchtune_longshort.eval.model.args import load_checkpoint_model, parse_model_args
-from torchtune_longshort.eval.model.batch_size import BatchPlan, RowMemory
+from torchtune_longshort.eval.model.batch_size import BatchPlan
 from torchtune_longshort.eval.model.limits import RequestLimits
 from torchtune_longshort.eval.model.memory import out_of_memory_reason
 from torchtune_longshort.eval.model.processes import Processes
 from torchtune_longshort.eval.model.response_cache import answered_through_cache, drop_refusals
 from torchtune_longshort.eval.model.scoring import TokenLoglikelihood, forward_hidden, score_continuations
-from torchtune_longshort.eval.tasks.common.unavailable import RefusedText
 from torchtune_longshort.hidden_states import decoder_of, project_logprobs
 from torchtune_longshort.provenance import provenance
 
@@ -65,7 +64,7 @@ logger = logging.getLogger(__name__)
 
 
 @register_model("longshort")
-class LongShortLM(TemplateLM):
+class LongShortLM(GenerationRequests, TemplateLM):
     """lm-eval model for HF-format checkpoints of the family table, loaded into torchtune (see module docstring)."""
 
     def __init__(self, pretrained: Optional[str] = None, **model_args: Any) -> None:
@@ -322,71 +321,6 @@ class LongShortLM(TemplateLM):
 
         self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm, task_names=tasks, done=done)
         return [sum((scores[w] for w in span), 0.0) for span in spans]
-
-    # ------------------------------------------------------------------ generation
-    def greedy_generate(
-        self, prompts: List[List[int]], max_new_tokens: int, stop: Sequence[str] = ()
-    ) -> List[List[int]]:
-        """Greedy decoding with torchtune's KV cache for a batch of prompts (token ids): the generated ids per row
-        (EOS excluded), a row stopping at EOS or once its decoded text contains a ``stop`` string."""
-        return greedy_generate(
-            self.model, prompts, max_new_tokens, pad_id=self.tokenizer.pad_id, eos_id=self.eot_token_id,
-            decode=self.tok_decode, dtype=self.args.dtype, device=self.device, stop=stop,
-        )
-
-    def _generation_prompt(self, request, max_gen: int):
-        """``(prompt tokens, None)`` for a request the model runs, else ``(None, RefusedText)``: the prompt cut to
-        ``max_length - max_gen`` tokens only where the task or ``truncation`` allows it (:meth:`RequestLimits.fit`)."""
-        enc, plan = self.limits.fit(self.tok_encode(request.args[0]), max_gen, "generate_until",
-                                    getattr(request, "doc", None))
-        if enc is None:
-            return None, RefusedText(self.limits.refuse(getattr(request, "task_name", None), plan))
-        return enc, None
-
-    def generate_until(self, requests, disable_tqdm: bool = False) -> List[str]:
-        """lm-eval ``generate_until``: greedy only (``do_sample=true`` is refused), batched by identical
-        generation kwargs. A prompt longer than ``max_length - max_gen_toks`` tokens is cut (left or middle) only
-        when its task declares that truncation (its doc) or ``truncation`` allows it; otherwise, or when
-        ``max_gen_toks`` leaves no room for a prompt, the request is refused: an empty :class:`RefusedText`
-        carrying the reason, which the task scores NaN."""
-        res: List[Optional[str]] = [None] * len(requests)
-        groups: Dict[str, List[int]] = defaultdict(list)
-        for i, req in enumerate(requests):
-            groups[repr(sorted(req.args[1].items(), key=lambda kv: kv[0]))].append(i)
-        pbar = tqdm(total=len(requests), disable=self._no_bar(disable_tqdm), desc="longshort generate_until")
-        for idxs in groups.values():
-            gen_kwargs = requests[idxs[0]].args[1]
-            kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
-            why = not_greedy(kwargs)  # sampling, beams, penalties, a minimum length: hf's generate honours them
-            if why:
-                raise ValueError(f"generation kwargs {gen_kwargs!r}: {why}")
-            until = handle_stop_sequences(kwargs.pop("until", None), eos=self.tokenizer.token_text(self.eot_token_id))
-            max_gen = int(kwargs.pop("max_gen_toks"))
-            encoded = []
-            for i in idxs:
-                enc, res[i] = self._generation_prompt(requests[i], max_gen)
-                if enc is None:
-                    pbar.update(1)
-                else:
-                    encoded.append((i, enc))
-            encoded.sort(key=lambda r: -len(r[1]))
-
-            def generate(chunk):
-                gens = self.greedy_generate([e for _, e in chunk], max_gen, stop=until)
-                for (i, _), g in zip(chunk, gens):
-                    text = postprocess_generated_text(self.tok_decode(g), stop=until, think_end_token=None)
-                    res[i] = text
-                    self.cache_hook.add_partial("generate_until", requests[i].args, text)
-
-            def refuse(item, error):
-                i, enc = item
-                res[i] = RefusedText(self._out_of_memory(getattr(requests[i], "task_name", None),
-                                                         len(enc) + max_gen, error))
-
-            self.batches.run(self.model, encoded, lambda r: len(r[1]) + max_gen, generate, refuse,
-                             lambda chunk: pbar.update(len(chunk)), RowMemory.of(self.model, self.vocab_size, True))
-        pbar.close()
-        return res  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ misalignment (paper Eq. 4)
     def next_token_divergence(self, requests, disable_tqdm: bool = False) -> List[Dict[str, float]]:
