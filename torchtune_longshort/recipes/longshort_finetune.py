@@ -32,12 +32,12 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
 
     from torchtune_longshort._quiet import quiet_upstream
     from torchtune_longshort.data.text_files import DataRecordError
-    from torchtune_longshort.devices import out_of_memory_in, rank_rng_states, release_cached
-    from torchtune_longshort.disk_space import is_out_of_space, room, written_file
+    from torchtune_longshort.devices import out_of_memory_in, release_cached
+    from torchtune_longshort.disk_space import is_out_of_space, written_file
     from torchtune_longshort.models.peft_adapter import base_config_note
     from torchtune_longshort.refusals import refusing, stoppable, stopped
     from torchtune_longshort.rope import rope_modules
-    from torchtune_longshort.training import out_of_space, recipe_checkpoints
+    from torchtune_longshort.training import out_of_space
     from torchtune_longshort.training.bad_record import record_stop
     from torchtune_longshort.training.checkpointing import saves_at
     from torchtune_longshort.training.data_setup import StepStart, positions_on, window_positions
@@ -47,6 +47,7 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
     from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, stop_message
     from torchtune_longshort.training.out_of_space import OutOfSpace
     from torchtune_longshort.training.recipe_config.validate import check_config_argument, tune_run_import_path
+    from torchtune_longshort.training.recipe_saving import RecipeSaving
     from torchtune_longshort.training.recipe_setup import RecipeSetup
     from torchtune_longshort.training.step_checks import (TERMS, after_non_finite, check_finite_losses,
                                                           check_finite_norms, clip_gradient_norms, loss_terms,
@@ -62,13 +63,14 @@ except KeyboardInterrupt:
 log = utils.get_logger("INFO")
 
 
-class LongShortFinetuneRecipe(RecipeSetup):
+class LongShortFinetuneRecipe(RecipeSaving, RecipeSetup):
     """Full / LoRA / QLoRA fine-tuning with ``ce + alpha * misalignment`` on dual-window batches.
 
     The config's fields, with their defaults and checks, are :class:`~torchtune_longshort.training.recipe_config.
     RecipeConfig` and its sections (the README's table is generated from them); the shipped tiny/longshort_stdlib.yaml
     (``longshort-cp`` copies it) is a complete, commented example. The constructor builds and checks it before any side
-    effect; :meth:`setup` builds the run's parts (:class:`RecipeSetup`), :meth:`train` runs the loop.
+    effect; :meth:`setup` builds the run's parts (:class:`RecipeSetup`), :meth:`train` runs the loop, and
+    :meth:`save_checkpoint` writes a step (:class:`RecipeSaving`).
     """
 
     def __init__(self, cfg: DictConfig) -> None:
@@ -84,54 +86,6 @@ class LongShortFinetuneRecipe(RecipeSetup):
         self.stopped_by = 0
         # (step, staged folder) -> None, called once a checkpoint is fully written, before it is renamed into place
         self.before_commit = None
-
-    # ------------------------------------------------------------------ checkpoint
-    def save_checkpoint(self) -> None:
-        """Write ``step_<k>`` whole or not at all (see ``torchtune_longshort.training.checkpointing``)."""
-        step = self.global_step
-        model_sd, opt_sd = recipe_checkpoints.full_state_dicts(
-            self._model, self._optimizer, self._distributed, self._is_rank_zero, self._device
-        )
-        rank_rngs = rank_rng_states(self._distributed)  # every rank's dropout stream, for an exact resume
-        if self._is_rank_zero:
-            try:
-                final = self._write_checkpoint(step, model_sd, opt_sd, rank_rngs)
-            except Exception as e:
-                if not is_out_of_space(e, self.ckpts.root):  # a folder made read-only: one line, as at the commit
-                    raise (self.ckpts.refused(step, e) if isinstance(e, OSError) else e)
-                self.ckpts.clean_staging()  # what it staged frees its room; the step folders stay whole
-                raise OutOfSpace(out_of_space.stop_message(
-                    f"checkpoint step_{step}", step, self.ckpts, self._checkpoint_bytes, self._saved_step is not None, e
-                )) from None
-            self._checkpoint_bytes, sizes = out_of_space.saved(final)
-            log.info(f"Checkpoint for step {step} written to {final} ({sizes})")
-            self._forecast_room(final, step)
-        self._saved_step = step
-        self._barrier()
-
-    def _forecast_room(self, saved, step: int) -> None:
-        """Say again at which save the disk fills when the checkpoint just ``saved`` (its real size) moves it."""
-        plan = out_of_space.measured_plan(saved, self.ckpts, out_of_space.save_steps(
-            step, self.stop_at, self.max_steps, self.config.save_every_n_steps))
-        fills_at = plan.fills_at(room(self.output_dir)[0])
-        if fills_at is not None and fills_at != self._disk_fills_at:
-            log.info(out_of_space.forecast(self.output_dir, plan, fills_at, True))
-        self._disk_fills_at = fills_at
-
-    def _write_checkpoint(self, step: int, model_sd, opt_sd, rank_rngs=None):
-        self.ckpts.clean_staging()
-        staged = self.ckpts.staging_root / f"step_{step}"
-        state = recipe_checkpoints.training_state(
-            step, opt_sd, self._lr_scheduler, self._batcher, self.generators, self._run_config, self._start_digest,
-            rank_rngs)
-        hf_config = recipe_checkpoints.hf_config_for_save(self._base_hf_config, self.rope_spec, self._model)
-        recipe_checkpoints.stage_step(
-            staged, model_sd, self._lora, hf_config, self.rope_spec, recipe_checkpoints.tokenizer_source(self.config),
-            state,
-        )
-        if self.before_commit is not None:
-            self.before_commit(step, staged)
-        return self.ckpts.commit(staged, step)
 
     # ------------------------------------------------------------------ train
     def train(self) -> None:
@@ -241,16 +195,6 @@ class LongShortFinetuneRecipe(RecipeSetup):
         start.restore(self._batcher, self.generators)
         self._run_log.close()
         raise OutOfMemory(stop_message(*account, self.global_step, self._save_after_out_of_memory()))
-
-    def _save_after_out_of_memory(self):
-        """The last good step's folder, saved now when it was not (one process only: under torchrun the other ranks
-        are inside the failed step's collectives, and torchrun stops them when this one exits; and not when the
-        optimizer's update failed part-way); the last resumable one, else None."""
-        if (self.global_step > 0 and self._saved_step != self.global_step and not self._distributed
-                and not self._in_optimizer_step):
-            out_of_memory_in(self.save_checkpoint)  # out of memory again: the last resumable one stands
-        latest = self.ckpts.latest(resumable=True)
-        return None if latest is None else str(latest)
 
     def _validate(self) -> None:
         """Log ``val_ce`` / ``val_ppl``. Out of memory there (``validation.seq_len`` may be longer than the training
