@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,32 @@ def test_the_generator_refuses_rows_a_deep_glob_reads_back(tmp_path, capsys, mon
     Path("deep/rows/0k").mkdir(parents=True)
     Path("deep/rows/0k/qa1.jsonl").write_text("x")
     assert "./deep/rows/0k/qa1.jsonl" in glob.glob("./**/*.jsonl", recursive=True)
+
+
+@pytest.mark.parametrize("links", [{"books/sub/loop": ".."}, {"books/sub/loop": "..", "books/sub/c/up": "../../sub"}])
+@pytest.mark.parametrize("pattern", ["books/**/*.txt", "**/*.txt", "books/**"])
+def test_a_deep_glob_through_a_link_loop_reads_each_file_once(tmp_path, monkeypatch, pattern, links):
+    """``dataset.path='books/**/*.txt'`` over ``books/sub/loop -> ..`` read ``a.txt`` and ``sub/b.txt`` 41 times each
+    (``sub/loop/sub/loop/.../a.txt``, until the path no longer resolves); with a second such link it never ended.
+    The reference: ``datasets``' own ``data_files`` resolution of the pattern, which reads each file once."""
+    from datasets.data_files import resolve_pattern
+
+    monkeypatch.chdir(tmp_path)
+    for rel in ("books/a.txt", "books/sub/b.txt", "books/sub/c/d.txt"):
+        Path(rel).parent.mkdir(parents=True, exist_ok=True)
+        Path(rel).write_text("a line\n")
+    for link, target in links.items():
+        os.symlink(target, link)
+    expected = sorted(os.path.relpath(f, tmp_path) for f in resolve_pattern(pattern, base_path=str(tmp_path)))
+
+    def too_long(*_):
+        raise RuntimeError(f"{pattern} still expanding after 3 s")  # no OSError: glob swallows those
+
+    old = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(3)
+    try:
+        got = sorted(os.path.normpath(f) for f in resolve_files(pattern, (".txt",), "dataset.path"))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert got == expected

@@ -25,8 +25,35 @@ STAR = object()  # a run of anything: ``*`` in a name, ``**`` among a path's nam
 def glob_files(pattern: Union[str, Path]) -> List[Path]:
     """The files a data glob ``pattern`` names, sorted, as every reader of the project expands it
     (:func:`~torchtune_longshort.data.file_paths.resolve_files`)."""
-    matches = sorted(glob.glob(str(Path(pattern).expanduser()), recursive=RECURSIVE))
+    pattern = str(Path(pattern).expanduser())
+    deep = RECURSIVE and "**" in Path(pattern).parts
+    matches = sorted(_deep_glob(pattern) if deep else glob.glob(pattern))
     return [Path(f) for f in matches if Path(f).is_file()]
+
+
+def _deep_glob(pattern: str) -> List[str]:
+    """``glob.glob(pattern, recursive=True)`` but once around a link loop at most: glob follows a link to a folder
+    above it (``books/sub/loop -> ..``) until the path no longer resolves, ``a.txt`` read 41 times over, and two
+    such links never ended. The folders below the pattern's fixed head are walked (links followed, as glob does, but
+    none into a folder the path already passed) and each file's names matched against the pattern's, a hidden name
+    only by a pattern name starting with a dot, as glob reads them."""
+    parts = Path(pattern).parts
+    head = next(k for k, part in enumerate(parts) if glob.has_magic(part))
+    base, rest = os.path.join(".", *parts[:head]), tuple(STAR if p == "**" else p for p in parts[head:])
+    chains, found = {base: {os.path.realpath(base)}}, []
+    for root, dirs, files in os.walk(base, followlinks=True):
+        chain = chains.pop(root)
+        dirs[:] = [d for d in dirs if os.path.realpath(os.path.join(root, d)) not in chain]
+        chains.update({os.path.join(root, d): chain | {os.path.realpath(os.path.join(root, d))} for d in dirs})
+        for name in files:
+            names = Path(os.path.relpath(os.path.join(root, name), base)).parts
+            if _meet(rest, names, _glob_name, lambda n: not n.startswith(".")):
+                found.append(os.path.join(*parts[:head], *names) if head else os.path.join(*names))
+    return found
+
+
+def _glob_name(pattern: str, name: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern) and (pattern.startswith(".") or not name.startswith("."))
 
 
 def _name_tokens(name: str) -> Tuple[object, ...]:
