@@ -25,6 +25,7 @@ from torchtune_longshort.study.grid import Run, merged
 from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe_config
 from torchtune_longshort.training.recipe_config.inputs import folders_apart, input_paths
 from torchtune_longshort.training.recipe_config.rules import check_checkpoint_dimensions
+from torchtune_longshort.training.output_aside import LOCK
 
 
 STUDY_MARKER = ".longshort_study"  # written into a study's output folder before anything else
@@ -53,8 +54,8 @@ def made_by_a_study(out: Path) -> bool:
 
 
 def check_study_output(out: Path, report_only: bool) -> None:
-    """The output folder a study may write into: new, or one a study made; nothing it writes (base/, runs/,
-    study.json, ...) replaces a file of the user's. ``report_only`` writes nothing there, but must find runs to
+    """The output folder a study may write into: new, empty (a lock a killed start left aside), or one a study made
+    (:func:`made_by_a_study`); nothing it writes (base/, runs/, study.json, ...) lands among a user's files. ``report_only`` writes nothing there, but must find runs to
     report (``base/`` or ``runs/``): a report of nothing, from a mistyped folder, helps no one."""
     out = Path(out)
     if report_only:
@@ -67,6 +68,12 @@ def check_study_output(out: Path, report_only: bool) -> None:
                                     "or runs/): --report-only reads the folder a study wrote; name it")
         return
     check_output_folder(out, "--out (or the config's output_dir)", STUDY_WRITES, made_by_a_study)
+    held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() else []  # a killed start's lock
+    if held and not made_by_a_study(out):  # a user's folder, a generator's, `--out .`: the study's names among theirs
+        raise FileExistsError(f"--out (or the config's output_dir) {str(out)!r} holds {', '.join(map(repr, held[:3]))}"
+                              f"{' ...' if len(held) > 3 else ''} and is not a study's folder (no {STUDY_MARKER}): "
+                              "the study writes only into a new or empty folder, or one a study made; name another "
+                              "folder")
 
 
 def check_kinds(out: Path, cfg) -> None:
