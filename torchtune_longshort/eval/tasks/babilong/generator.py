@@ -37,6 +37,7 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.inside_input import (glob_folders, refuse_glob_reads, refuse_inside_input,
                                                      refuse_inside_model, tokenizer_input)
 from torchtune_longshort.config.values import check_creatable
+from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.eval.tasks.babilong.haystack import (
     DEPTHS,
     GLOB_EXAMPLE,
@@ -237,7 +238,7 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines: _Repl
                         bar.update(1)
         except BaseException:  # Ctrl-C, a full disk: a name this run listed and never wrote is taken off the list
             if listed and not os.path.lexists(path):  # (a file of the user's put there later was then overwritten)
-                write_names(out / WRITTEN, [w for w in _written(out) if w != f"{length}/{qa}.jsonl"])
+                _record(out, f"{length}/{qa}.jsonl", add=False)
             raise
         paths.append(path)
 
@@ -271,11 +272,17 @@ def _written(out: Path) -> List[str]:
     return read_names(out / WRITTEN) or []
 
 
-def _record(out: Path, name: str) -> bool:
-    """Add ``name`` to ``out``'s :data:`WRITTEN` list; whether it was not there yet."""
-    have = _written(out)
-    if name not in have:
-        write_names(out / WRITTEN, have + [name])
+def _record(out: Path, name: str, add: bool = True) -> bool:
+    """Add ``name`` to ``out``'s :data:`WRITTEN` list (``add=False``: take it off); whether it was not there yet.
+    Read and written under the list's flock: two generators on one ``--out`` each wrote the list it had read, so
+    the first's name was lost (and its file refused to its rerun, as written by no earlier run)."""
+    fd, _ = flock_named(out / WRITTEN, os.O_RDONLY)  # the list itself, made empty where absent (read as no names)
+    try:
+        have = _written(out)
+        if (name not in have) == add:
+            write_names(out / WRITTEN, have + [name] if add else [w for w in have if w != name])
+    finally:
+        os.close(fd)
     return name not in have
 
 
