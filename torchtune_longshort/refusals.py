@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, NoReturn, Optional, TypeVar
+from typing import Callable, Iterator, NoReturn, Optional, TypeVar
 
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.launcher import launched_rank
@@ -195,6 +195,25 @@ def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def stopped_while_importing(module: str, prog: Optional[str] = None) -> Iterator[None]:
+    """The block, a command's imports (torch, torchtune: seconds), stopped by Ctrl-C ends the command as
+    :func:`stopped` does (one line naming ``prog``: nothing was written yet; exit 130), or quietly with exit 130 when
+    ``prog`` is None (a torchrun worker: its launcher says it was stopped), instead of a KeyboardInterrupt traceback
+    and exit -2. Only where this process runs the module as a command: ``module`` (its ``__name__``) is
+    ``"__main__"``, or Python still imports the packages above a ``python -m`` module (``sys.argv[0]`` is ``"-m"``
+    then); an import by other code keeps the interrupt."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        if module != "__main__" and sys.argv[:1] != ["-m"]:
+            raise
+        if prog is None:
+            sys.exit(128 + signal.SIGINT)
+        stopped(prog, getattr(e, "signum", signal.SIGINT), "stopped while it started (its imports), before "
+                "anything was written; run it again")
 
 
 def stopped(prog: str, signum: int, kept: str) -> NoReturn:

@@ -25,7 +25,9 @@ import signal
 import sys
 from typing import Any, Dict
 
-try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, as Ctrl-C's default does
+from torchtune_longshort.refusals import stopped_while_importing
+
+with stopped_while_importing(__name__):  # Ctrl-C while a torchrun worker imports (seconds): 130, quietly
     import torch
     from omegaconf import DictConfig
     from torchtune import config, utils
@@ -55,10 +57,6 @@ try:  # Ctrl-C while a torchrun worker imports (seconds): it exits 130 quietly, 
     from torchtune_longshort.training.stop_signals import StopSignals, at_once, stopped_line
     from torchtune_longshort.training.validation import validation_metrics
     from torchtune_longshort.windows import unstack_window_outputs
-except KeyboardInterrupt:
-    if __name__ != "__main__":
-        raise
-    sys.exit(128 + signal.SIGINT)
 
 log = utils.get_logger("INFO")
 

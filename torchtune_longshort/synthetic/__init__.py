@@ -8,8 +8,13 @@ reparameterizations), ``models`` (tiny transformer with NoPE/learned/ALiBi/RoPE,
 parity with a scratchpad, their position-id schemes and their figures).
 """
 
-from .outrep import OUTREPS, get_outrep
-from .tasks import TASKS, make_batch
-from .train import RunConfig, train_run
+from torchtune_longshort.refusals import stopped_while_importing
+
+PROG = "python -m torchtune_longshort.synthetic"  # the command of this package's __main__
+
+with stopped_while_importing(__name__, PROG):  # `python -m` imports this package first (torch: seconds)
+    from .outrep import OUTREPS, get_outrep
+    from .tasks import TASKS, make_batch
+    from .train import RunConfig, train_run
 
 __all__ = ["OUTREPS", "TASKS", "RunConfig", "get_outrep", "make_batch", "train_run"]

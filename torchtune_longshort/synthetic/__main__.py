@@ -18,35 +18,39 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
-from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.values import UnwritablePath, check_creatable
-from torchtune_longshort.devices import check_fits
-from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
-from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, missing_root, read_json
-from torchtune_longshort.output_guard import remove_made_folders, strict_json
-from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.refusals import (
     REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback, stoppable,
-    user_path,
+    stopped_while_importing, user_path,
 )
-from torchtune_longshort.worker_pool import WorkerDied
 
-from .claims import claim_lines, figure_records
-from .cli_flags import (
-    check_beyond_flags, check_figure_flags, check_linear_model_flags, check_replot_flags, check_single_run_flags,
-    flag_names, interrupted,
-)
-from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot_figures, run_figures
-from .lr_search import lr_table
-from .misalignment import scalar_misalignment
-from .models import POSITIONAL_ENCODINGS
-from .out_room import check_figures_room, check_single_room
-from .outrep import OUTREPS
-from .sparsity_probes.figures import BEYOND_FIGURES, replot_beyond, run_beyond
-from .tasks import BIT_DISTRIBUTIONS, TASKS
-from .train import MODELS, OPTIMIZERS, PAPER_LRS, Diverged, RunConfig, run_provenance, test_batch_bytes, train_run
+from . import PROG
 
-PROG = "python -m torchtune_longshort.synthetic"
+with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch and matplotlib are imported: one line, exit 130
+    from torchtune_longshort._quiet import quiet_upstream
+    from torchtune_longshort.config.values import UnwritablePath, check_creatable
+    from torchtune_longshort.devices import check_fits
+    from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
+    from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, missing_root, read_json
+    from torchtune_longshort.output_guard import remove_made_folders, strict_json
+    from torchtune_longshort.plots.available import matplotlib_problem
+    from torchtune_longshort.worker_pool import WorkerDied
+
+    from .claims import claim_lines, figure_records
+    from .cli_flags import (
+        check_beyond_flags, check_figure_flags, check_linear_model_flags, check_replot_flags, check_single_run_flags,
+        flag_names, interrupted,
+    )
+    from .experiments import FIG4_L_TRAINS, PAPER_FIGURES, check_figure_runs, replot_figures, run_figures
+    from .lr_search import lr_table
+    from .misalignment import scalar_misalignment
+    from .models import POSITIONAL_ENCODINGS
+    from .out_room import check_figures_room, check_single_room
+    from .outrep import OUTREPS
+    from .sparsity_probes.figures import BEYOND_FIGURES, replot_beyond, run_beyond
+    from .tasks import BIT_DISTRIBUTIONS, TASKS
+    from .train import (MODELS, OPTIMIZERS, PAPER_LRS, Diverged, RunConfig, run_provenance, test_batch_bytes,
+                        train_run)
+
 
 # --quick: the test-sized run (a flag given on the command line still wins)
 _QUICK = {"l_train": 6, "l_test": 16, "max_steps": 30, "eval_every": 10, "test_per_length": 20, "val_size": 256}

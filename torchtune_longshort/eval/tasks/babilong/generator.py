@@ -33,27 +33,31 @@ import sys
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
-from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.inside_input import (glob_folders, refuse_glob_reads, refuse_inside_input,
-                                                     refuse_inside_model, tokenizer_input)
-from torchtune_longshort.config.values import check_creatable
-from torchtune_longshort.file_locks import flock_named
-from torchtune_longshort.eval.tasks.babilong.haystack import (
-    DEPTHS,
-    GLOB_EXAMPLE,
-    HAYSTACK_FORMS,
-    LENGTHS,
-    build_sample,
-    iter_haystack_lines,
-    load_token_counter,
-    parse_length,
-    short_local_haystack,
-)
-from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, PROMPT_STYLES, check_prompt_style
-from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
-from torchtune_longshort.output_guard import atomic_open, check_output_folder, read_names, write_names
-from torchtune_longshort.refusals import ArgumentParser, refusing, stoppable, user_path
-from torchtune_longshort.rope.checkpoint_code import checkpoint_code
+from torchtune_longshort.refusals import ArgumentParser, refusing, stoppable, stopped_while_importing, user_path
+
+PROG = "python -m torchtune_longshort.eval.tasks.babilong.generator"
+
+with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
+    from torchtune_longshort._quiet import quiet_upstream
+    from torchtune_longshort.config.inside_input import (glob_folders, refuse_glob_reads, refuse_inside_input,
+                                                         refuse_inside_model, tokenizer_input)
+    from torchtune_longshort.config.values import check_creatable
+    from torchtune_longshort.file_locks import flock_named
+    from torchtune_longshort.eval.tasks.babilong.haystack import (
+        DEPTHS,
+        GLOB_EXAMPLE,
+        HAYSTACK_FORMS,
+        LENGTHS,
+        build_sample,
+        iter_haystack_lines,
+        load_token_counter,
+        parse_length,
+        short_local_haystack,
+    )
+    from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, PROMPT_STYLES, check_prompt_style
+    from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
+    from torchtune_longshort.output_guard import atomic_open, check_output_folder, read_names, write_names
+    from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 
 # What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
 FITS = ("input", "prompt")
@@ -62,7 +66,6 @@ FITS = ("input", "prompt")
 WRITTEN = ".longshort_babilong.json"
 # A haystack repeated this many times (or more) in the longest sample is warned about.
 REPEATS_WARNED = 2
-PROG = "python -m torchtune_longshort.eval.tasks.babilong.generator"
 
 
 def prompt_without_fit(fit: str, prompt: str, cli: bool = False) -> Optional[str]:
