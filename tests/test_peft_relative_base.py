@@ -103,3 +103,24 @@ def test_a_relative_record_is_the_folder_above_the_adapter_that_holds_it(tmp_pat
             with pytest.raises(ValueError, match="both would be applied") as e:  # the same name, another run's
                 check_peft_args(str(other), str(adapter))
             assert f"put the adapters on their base (pretrained={by},peft={adapter})" in str(e.value)
+
+
+def test_a_folder_of_the_recorded_name_that_no_model_loads_from_is_not_the_recorded_base(tmp_path, monkeypatch):
+    """A chained adapter trained from run_a on ``step_2`` and copied to ``proj/copies`` was refused on run_a's step_2
+    ("trained on step_2 (... <tmp>/step_2, found above the adapter), so both would be applied"), as a folder named
+    step_2 higher up, holding no model, was taken for its base. The reference: transformers loads no model from it."""
+    import shutil
+
+    proj = tmp_path / "proj"
+    (tmp_path / "step_2").mkdir(), (tmp_path / "step_2" / "notes.txt").write_text("not a model\n")
+    (proj / "run_a").mkdir(parents=True)
+    monkeypatch.chdir(proj)
+    LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=2, intermediate_size=24)).save_pretrained("base")
+    _adapter("base", "", merged="run_a/step_2")
+    monkeypatch.chdir(proj / "run_a")
+    _adapter("step_2", "chained")
+    shutil.copytree(proj / "run_a" / "chained", proj / "copies" / "chained")
+    with pytest.raises(OSError):  # the reference: no model is loaded from the folder of that name above
+        LlamaForCausalLM.from_pretrained(str(tmp_path / "step_2"))
+    check_peft_args(str(proj / "run_a" / "step_2"), str(proj / "copies" / "chained"))  # refused before

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, CheckpointFolder
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."
@@ -158,16 +158,18 @@ def hub_shaped(name: str) -> bool:
 
 def recorded_base_found(adapter: Path, recorded: str) -> Optional[Path]:
     """The folder a relative recorded base names, found from the adapter's own place: ``recorded`` under the nearest
-    folder above ``adapter`` (as given, then as links resolve) that holds it as a folder. PEFT records the path
-    relative to the folder the training ran in, which nothing records; an adapter saved there by a relative path
-    lies below it (``run_a/chained`` of a base ``step_2`` finds ``run_a/step_2``). None: an absolute record, ``.``,
-    or no such folder."""
+    folder above ``adapter`` (as given, then as links resolve) that holds it as a folder with a ``config.json`` entry
+    (transformers loads no model from a folder without one, so a folder of that name without it, ``/models`` for a
+    base recorded as ``models``, is not the one the training loaded). PEFT records the path relative to the folder
+    the training ran in, which nothing records; an adapter saved there by a relative path lies below it
+    (``run_a/chained`` of a base ``step_2`` finds ``run_a/step_2``). None: an absolute record, ``.``, or no such
+    folder."""
     path = Path(recorded).expanduser()
     if path.is_absolute() or os.path.normpath(path) == ".":
         return None
     for above in (Path(os.path.abspath(adapter)), adapter.resolve()):
         for top in above.parents:
-            if (top / path).is_dir():
+            if (top / path).is_dir() and os.path.lexists(top / path / CONFIG_FILE):
                 return top / path
     return None
 
