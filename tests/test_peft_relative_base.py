@@ -124,3 +124,26 @@ def test_a_folder_of_the_recorded_name_that_no_model_loads_from_is_not_the_recor
     with pytest.raises(OSError):  # the reference: no model is loaded from the folder of that name above
         LlamaForCausalLM.from_pretrained(str(tmp_path / "step_2"))
     check_peft_args(str(proj / "run_a" / "step_2"), str(proj / "copies" / "chained"))  # refused before
+
+
+def test_a_checkpoint_file_that_cannot_be_read_is_refused_as_itself(tmp_path, monkeypatch):
+    """A copy of run_a's step_2 whose weight file is a link to nothing, given with a chained adapter of step_2, was
+    refused as another model ("these adapters were trained on step_2 ..., so both would be applied"), the fault not
+    named. The reference: the errno's own text (os.strerror)."""
+    import errno
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=2, intermediate_size=24)).save_pretrained("base")
+    _adapter("base", "", merged="run_a/step_2")
+    monkeypatch.chdir(tmp_path / "run_a")
+    _adapter("step_2", "chained")
+    copy = tmp_path / "copy_a"
+    shutil.copytree(tmp_path / "run_a" / "step_2", copy)
+    (copy / "model.safetensors").unlink()
+    os.symlink(tmp_path / "gone" / "model.safetensors", copy / "model.safetensors")
+    with pytest.raises((OSError, ValueError)) as e:
+        check_peft_args(str(copy), str(tmp_path / "run_a" / "chained"))
+    assert str(copy / "model.safetensors") in str(e.value) and os.strerror(errno.ENOENT) in str(e.value)
+    assert "both would be applied" not in str(e.value) and "\n" not in str(e.value)

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+from torchtune_longshort.models.family_builders import UnsupportedModelError
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, CheckpointFolder
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -176,13 +177,19 @@ def recorded_base_found(adapter: Path, recorded: str) -> Optional[Path]:
 
 def same_checkpoint(base: Path, other: Path) -> bool:
     """Whether two folders hold one checkpoint: the same folder (links resolved), or the same content
-    (:meth:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder.content_digest`: a copy)."""
+    (:meth:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder.content_digest`: a copy). ``base``: a
+    ``--model_args pretrained=``, ``other``: an adapter's recorded base. A file of either that cannot be read (a
+    weight file cut short, a link to nothing, a folder where ``config.json`` belongs) is refused as itself, naming
+    it (told before as "these adapters were trained on <other> ..., so both would be applied"); a family this
+    project's table does not know (``--model hf`` may still load it) is compared by the folder alone."""
     if base.resolve() == other.resolve():
         return True
     try:
-        return CheckpointFolder.open(base).content_digest() == CheckpointFolder.open(other).content_digest()
-    except (OSError, ValueError, KeyError, TypeError):
+        digests = [CheckpointFolder.open(folder, field=field).content_digest()
+                   for folder, field in ((base, "--model_args pretrained"), (other, "base_model_name_or_path"))]
+    except (UnsupportedModelError, KeyError, TypeError):
         return False
+    return digests[0] == digests[1]
 
 
 def is_recorded_base(base: Path, recorded: str, adapter: Optional[Path] = None) -> bool:
