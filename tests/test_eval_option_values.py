@@ -72,6 +72,24 @@ def test_json_that_does_not_parse_names_its_option():
         assert isinstance(json.loads(example), dict), line  # the spelling it offers parses
 
 
+
+def test_bad_json_in_an_earlier_occurrence_names_its_option():
+    """``--model_args '{bad' --model_args pretrained=/p``: only the last occurrence was checked, and lm-eval, which
+    merges every occurrence (MergeDictAction), refused the first in its own words, naming no option ("Invalid JSON:
+    {bad. Hint: ..."). The reference: lm-eval's own parser refuses that command line."""
+    from lm_eval._cli.harness import HarnessCLI
+
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    for name, bad, good in (("--model_args", "{bad", "pretrained=/p"), ("--gen_kwargs", "{'x': 1}", "max_gen_toks=8")):
+        args = ["run", "--model", "hf", "--tasks", "longshort_ppl", name, bad, name, good]
+        with pytest.raises(ValueError, match="Invalid JSON"):  # the earlier value is read, not dropped
+            HarnessCLI()._parser.parse_args(args)
+        with pytest.raises(ValueError) as e:
+            lm_eval_argv(args)
+        assert str(e.value).startswith(f"{name} {bad!r} is not JSON ("), str(e.value)
+
+
 def _hf_batch_size(value):  # lm-eval's hf reading of --batch_size (HFLM.__init__), the reference for what it takes
     if str(value).startswith("auto"):
         parts = value.split(":")

@@ -27,13 +27,20 @@ def asks_help(args: Sequence[str]) -> bool:
 
 def option(args: Sequence[str], name: str) -> Optional[str]:
     """The value of ``--<name> V`` / ``--<name>=V`` in ``args`` (the last one), else None."""
-    value = None
+    values = option_values(args, name)
+    return values[-1] if values else None
+
+
+def option_values(args: Sequence[str], name: str) -> List[str]:
+    """Each value of ``--<name> V`` / ``--<name>=V`` in ``args``, in order (lm-eval's ``key=value`` options merge
+    every occurrence: its ``MergeDictAction``)."""
+    values = []
     for i, a in enumerate(args):
         if a == name and i + 1 < len(args):
-            value = args[i + 1]
+            values.append(args[i + 1])
         elif a.startswith(name + "="):
-            value = a.split("=", 1)[1]
-    return value
+            values.append(a.split("=", 1)[1])
+    return values
 
 
 def flag_given(out: Sequence[str], name: str) -> bool:
@@ -94,7 +101,8 @@ def check_option_values(args: Sequence[str]) -> None:
 
     for action in _run_actions():
         name = action.option_strings[0] if action.option_strings else ""
-        _check_json(name, option(args, name) if isinstance(action, MergeDictAction) else None)
+        for given in option_values(args, name) if isinstance(action, MergeDictAction) else ():
+            _check_json(name, given)  # every occurrence: lm-eval merges them, and refused an earlier one's bad JSON
         value = option(args, name) if callable(action.type) and action.type is not str else None
         if value is None or (action.nargs == "?" and value.startswith("-")):  # `--fewshot_as_multiturn --x`: bare
             continue
