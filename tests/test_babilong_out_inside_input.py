@@ -84,3 +84,17 @@ def test_a_glob_haystacks_folders_are_inputs_as_a_folder_haystack_is(tmp_path, c
     # below them, where a glob without ** reads nothing: cd books; --haystack '*.txt' --out rows, a plain call,
     # passes
     generator.check_apart(Path("hay/rows"), ["0k"], None, "hay/*.txt")
+
+
+@pytest.mark.parametrize("haystack", ["out/0k/qa1.jsonl", "out/0k/written.txt"])
+def test_a_haystack_that_does_not_exist_is_said_so_first(tmp_path, capsys, monkeypatch, haystack):
+    """``--haystack out/0k/qa1.jsonl``, a path no file is at (but a file this run writes), was refused as "--out='out'
+    writes the rows as 'out/0k/qa1.jsonl', which --haystack=... matches: the next run would read them back". The
+    reference: os.path.exists says there is nothing there."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    assert not os.path.exists(haystack)
+    code, err = _generate(capsys, "--out", "out", "--haystack", haystack)
+    assert code == 2 and len(err) == 1 and f"--haystack={haystack!r} does not exist" in err[0], err
+    assert "read them back" not in err[0] and _listing(tmp_path) == []

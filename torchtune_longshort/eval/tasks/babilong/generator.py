@@ -25,6 +25,7 @@ its instruction, examples and post-prompt, and 20 tokens generated); a model's c
 from __future__ import annotations
 
 import contextlib
+import glob
 import itertools
 import json
 import os
@@ -49,6 +50,7 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported 
         HAYSTACK_FORMS,
         LENGTHS,
         build_sample,
+        haystack_files,
         iter_haystack_lines,
         load_token_counter,
         parse_length,
@@ -253,19 +255,23 @@ def check_apart(out: Path, lengths: Sequence[str], tokenizer: Optional[str], hay
     folder of each file it matches), or when a length folder it writes in is or lies inside one of those: the rows
     and :data:`WRITTEN` were written among a model's files (a later conversion into that folder refused it). A glob
     ``--haystack`` that would match a file it writes (``names``, ``<length>/<qa>.jsonl``; each length's ``*.jsonl``
-    without them) is refused too: the next run read the rows as haystack."""
+    without them) is refused too: the next run read the rows as haystack. A ``--haystack`` that is no glob and names
+    nothing is refused as such first (one that a run writes, ``out/0k/qa1.jsonl``, was told "would be read back")."""
+    local = haystack not in ("stdlib", "pg19")
+    if local and not glob.has_magic(haystack) and not Path(haystack).expanduser().exists():
+        haystack_files(haystack, "--haystack")  # names nothing: said so first, not "would be read back" as a glob is
     refuse_inside_model("--out", out, "the rows")
     inputs = []
     if tokenizer and Path(tokenizer).expanduser().exists():
         inputs.append(("--tokenizer", tokenizer_input(tokenizer)))
-    if haystack not in ("stdlib", "pg19") and Path(haystack).expanduser().exists():
+    if local and Path(haystack).expanduser().exists():
         inputs.append(("--haystack", haystack))
-    elif haystack not in ("stdlib", "pg19"):  # a glob: the folders of its matches the rows would land in
+    elif local:  # a glob: the folders of its matches the rows would land in
         inputs += [("the folder of --haystack's matches", str(d))
                    for d in glob_folders(haystack, [out, *(out / length for length in lengths)])]
     refuse_inside_input("--out", out, inputs, "the rows", "which this command reads",
                         writes_in=[out / length for length in lengths])
-    if haystack not in ("stdlib", "pg19") and not Path(haystack).expanduser().exists():
+    if local and not Path(haystack).expanduser().exists():
         written = [out / n for n in (names or [f"{length}/*.jsonl" for length in lengths])]
         refuse_glob_reads("--out", out, "--haystack", haystack, [out / WRITTEN, *written], "the rows")
 

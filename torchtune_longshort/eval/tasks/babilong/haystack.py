@@ -106,17 +106,22 @@ def _one_pass(haystack: str, label: str = "haystack") -> Iterator[str]:
     elif haystack == "pg19":
         docs = corpus.pg19(split="test", check_first=False, skip_bad_records=True)()
     else:
-        try:
-            files = resolve_files(haystack, (".txt",), label)
-        except FileNotFoundError as e:
-            accepted = "'stdlib', 'pg19', a text file, a glob or a folder of .txt files"
-            raise FileNotFoundError(f"{e}; accepted: {accepted}") from None
-        docs = iter_documents(files, encoding_errors="replace")
+        docs = iter_documents(haystack_files(haystack, label), encoding_errors="replace")
     for doc in readable_texts(docs, "", f"{label}={haystack!r}"):  # as its refusals name it
         for line in doc.splitlines():
             line = line.strip()
             if line:
                 yield line
+
+
+def haystack_files(haystack: str, label: str = "haystack") -> List:
+    """The ``.txt`` files a local haystack (a file, a folder or a glob) names (``resolve_files``); one that names
+    nothing is refused (``FileNotFoundError``, one line naming ``label``) with the haystacks accepted."""
+    try:
+        return resolve_files(haystack, (".txt",), label)
+    except FileNotFoundError as e:
+        accepted = "'stdlib', 'pg19', a text file, a glob or a folder of .txt files"
+        raise FileNotFoundError(f"{e}; accepted: {accepted}") from None
 
 
 def within_length_tolerance(n_tokens: int, target: int) -> bool:
