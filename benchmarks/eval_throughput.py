@@ -33,7 +33,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def _texts(tokenizer_dir: str, length: int, n: int):
-    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, fixed_length_samples, iter_texts
+    from torchtune_longshort.eval.tasks.common.long_text import iter_texts
+    from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer, fixed_length_samples
 
     tok = TaskTokenizer(tokenizer_dir)
     return [s.text for s in fixed_length_samples(iter_texts("stdlib", min_chars=length // 2), tok, length, n)]

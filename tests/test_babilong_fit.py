@@ -49,7 +49,7 @@ def _requests(folder, qa, prompt="lm_eval"):
 @pytest.mark.parametrize("variant", ["scattered", "depth", "babilong"])
 def test_every_request_fits_its_label_with_the_generation_budget(fitted, sp_tokenizer_dir, variant):
     from torchtune_longshort.eval.model.limits import RequestLimits
-    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
+    from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer
 
     tok = TaskTokenizer(str(sp_tokenizer_dir))
     for qa in QAS:
@@ -75,7 +75,7 @@ def test_every_request_fits_its_label_with_the_generation_budget(fitted, sp_toke
 
 
 def test_the_depth_variant_still_places_its_facts(fitted, sp_tokenizer_dir):
-    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
+    from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer
 
     tok = TaskTokenizer(str(sp_tokenizer_dir))
     for qa in QAS:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torchtune_longshort.eval.tasks.common.long_text import (
+from torchtune_longshort.eval.tasks.common.token_sequences import (
     JOIN_SEPARATOR,
     TaskDataError,
     TaskTokenizer,

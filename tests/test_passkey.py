@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer  # noqa: E402
+from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer  # noqa: E402
 from torchtune_longshort.eval.tasks.passkey.task import (  # noqa: E402
     GEN_BUDGET,
     QUESTION,

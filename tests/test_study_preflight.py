@@ -65,7 +65,7 @@ def test_a_length_the_corpus_cannot_fill_is_refused_before_anything_is_written(t
 def test_the_counts_are_the_corpus_tokenized_by_hand(tmp_path, tiny_llama2_dir, sp_tokenizer_dir):
     """How many sequences the refusal says exist, against documents of >= length tokens counted by hand with the
     base's tokenizer (a given base: its tokenizer is the eval's)."""
-    from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
+    from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer
 
     corpus = _corpus(tmp_path / "corpus")
     tok = TaskTokenizer(str(sp_tokenizer_dir))

@@ -108,7 +108,7 @@ def test_python_callers_paths_and_one_key_are_read_as_what_they_name(tmp_path, s
     refused as not a path; one key as a string was split into its characters. The references: the same calls with
     strings."""
     from torchtune_longshort.eval.tasks import check_metadata_values
-    from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
+    from torchtune_longshort.eval.tasks.common.token_sequences import tokenizer_from_metadata
 
     text = "def f(x):\n    return x"
     assert tokenizer_from_metadata({"pretrained": Path(sp_tokenizer_dir)}).encode(text) == \

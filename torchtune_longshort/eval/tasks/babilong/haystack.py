@@ -22,7 +22,8 @@ from torchtune_longshort.data.file_paths import resolve_files
 from torchtune_longshort.data.text_files import iter_documents
 from torchtune_longshort.eval.tasks.babilong.stories import Story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, readable_texts
+from torchtune_longshort.eval.tasks.common.long_text import readable_texts
+from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer
 
 # BABILong's length labels and the token counts we build them to (labels: eval.lengths, "1k" = 1024 tokens).
 LENGTHS: Dict[str, int] = {length_label(n): n for n in (0, *(1024 * 2**i for i in range(8)))}
@@ -61,8 +62,8 @@ def load_token_counter(tokenizer: str, trust_remote_code: Optional[bool] = None,
                        label: str = "tokenizer") -> Callable[[str], int]:
     """``text -> number of tokens`` (special tokens not counted) for a tokenizer folder or file of any format the
     project reads, or a Hugging Face tokenizer name
-    (:class:`~torchtune_longshort.eval.tasks.common.long_text.TaskTokenizer`, ``trust_remote_code`` as it takes it;
-    ``label``: the name a refusal gives it)."""
+    (:class:`~torchtune_longshort.eval.tasks.common.token_sequences.TaskTokenizer`, ``trust_remote_code`` as it takes
+    it; ``label``: the name a refusal gives it)."""
     tok = TaskTokenizer(tokenizer, trust_remote_code, label)
     return lambda text: len(tok.encode(text))
 

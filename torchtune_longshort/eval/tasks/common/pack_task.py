@@ -55,7 +55,7 @@ from torchtune_longshort.eval.tasks import (
     fixed_context_of,
 )
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_depth, round_robin_order
-from torchtune_longshort.eval.tasks.common.long_text import tokenizer_from_metadata
+from torchtune_longshort.eval.tasks.common.token_sequences import tokenizer_from_metadata
 from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_FIELD,
     ERROR_METRIC,

@@ -34,7 +34,8 @@ from lm_eval.api.instance import Instance
 from torchtune_longshort.eval.tasks import MIS_DEFAULT_SEED, TASK_FAMILIES, VALUE_KINDS, divergence_names
 from torchtune_longshort.eval.tasks.common.lengths import length_label, lengths_from_metadata, per_length
 from torchtune_longshort.eval.tasks.common.pack_task import PackTask, sweep_dataset, unsent_request
-from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
+from torchtune_longshort.eval.tasks.common.long_text import samples_from_metadata
+from torchtune_longshort.eval.tasks.common.token_sequences import FixedLengthSample, TaskTokenizer
 from torchtune_longshort.eval.tasks.common.suffix_range import suffix_range
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, nan_results, needs_longshort, reason_of, refusal_of
 from torchtune_longshort.loss.divergences import DIVERGENCES

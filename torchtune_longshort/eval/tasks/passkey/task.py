@@ -30,7 +30,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 from torchtune_longshort.eval.tasks import PASSKEY_DEFAULTS, TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_depth, per_length, percentages
 from torchtune_longshort.eval.tasks.common.pack_task import sweep_dataset
-from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer, iter_texts, tokenizer_from_metadata
+from torchtune_longshort.eval.tasks.common.long_text import iter_texts
+from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer, tokenizer_from_metadata
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, check_fits_model, nan_results, reason_of, refusal_of
 

@@ -23,7 +23,7 @@ Task metadata (YAML ``metadata`` defaults, overridden by ``--metadata '{...}'``)
     ppl_dataset_path / ppl_dataset_name / ppl_split / ppl_text_field: for ppl_source=hf
     ppl_num_samples (default 20), ppl_chunks_per_doc (default 1)
     ppl_join_documents (default false): pack the documents into one stream and cut the sequences from it end to end
-        (a source of short documents then gives sequences of any length; long_text.fixed_length_samples)
+        (a source of short documents then gives sequences of any length; token_sequences.fixed_length_samples)
     ppl_skip_bad_records (default false): a record of ppl_data_files or ppl_source=hf / pg19 that cannot be read (a
         row whose text field is no string, a line that is no JSON) is skipped with a warning; without it the length
         scores NaN with the record named (the other lengths and tasks go on)
@@ -40,7 +40,8 @@ from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import length_label, lengths_from_metadata, per_length
 from torchtune_longshort.eval.tasks.common.limit_share import within_limit
 from torchtune_longshort.eval.tasks.common.pack_task import running_task, sweep_dataset
-from torchtune_longshort.eval.tasks.common.long_text import FixedLengthSample, TaskTokenizer, samples_from_metadata
+from torchtune_longshort.eval.tasks.common.long_text import samples_from_metadata
+from torchtune_longshort.eval.tasks.common.token_sequences import FixedLengthSample, TaskTokenizer
 from torchtune_longshort.eval.tasks.common.unavailable import (
     TooFewSequences, check_fits_model, nan_results, reason_of, refusal_of)
 
