@@ -25,9 +25,9 @@ from torchtune_longshort.training.recipe_config.paths import (model_vocab_key, n
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED
 from torchtune_longshort.training.recipe_config.tokenizer_check import check_tokenizer, load_tokenizer, model_key_of
-from torchtune_longshort.training.recipe_config.rules import (
-    check_built_model, check_rules, check_tokenizer_vocab, check_window_bos, declared_vocab,
-)
+from torchtune_longshort.training.recipe_config.model_match import (check_tokenizer_vocab, check_window_bos,
+                                                                    declared_vocab)
+from torchtune_longshort.training.recipe_config.rules import check_built_model, check_rules
 from torchtune_longshort.config.unknown_keys import (ConfigKeyError, plus_keys, plus_message, refuse_unknown,
                                                     torchtune_keys_as_here)
 

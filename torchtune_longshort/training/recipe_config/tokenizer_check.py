@@ -5,7 +5,7 @@ read) and asks the setup's own questions of it, so that ``longshort-validate`` s
 * a file the component cannot read (a ``tokenizer.json`` given to torchtune's ``llama2_tokenizer``, a truncated
   file) is refused naming ``tokenizer.path`` and the component that reads that format;
 * its vocabulary must fit the model's embedding table as the config declares it (the model node's ``vocab_size`` or
-  the start checkpoint's ``config.json``: :func:`~.rules.declared_vocab`);
+  the start checkpoint's ``config.json``: :func:`~.model_match.declared_vocab`);
 * ``window_bos=True`` needs a BOS token.
 
 A tokenizer the run would train (a component that trains its missing path, as the tiny configs' stdlib one) is not
@@ -27,7 +27,8 @@ from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, f
 from torchtune_longshort.training.recipe_config.components import CHECKPOINT_TOKENIZER, TokenizerConfig
 from torchtune_longshort.training.recipe_config.paths import model_vocab_key
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
-from torchtune_longshort.training.recipe_config.rules import check_tokenizer_vocab, check_window_bos, declared_vocab
+from torchtune_longshort.training.recipe_config.model_match import (check_tokenizer_vocab, check_window_bos,
+                                                                    declared_vocab)
 from torchtune_longshort.config.values import resolve_component
 
 
