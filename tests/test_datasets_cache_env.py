@@ -45,7 +45,7 @@ def test_a_hub_source_whose_token_file_cannot_be_read_names_hf_home(tmp_path, mo
     import huggingface_hub
     from huggingface_hub import constants
 
-    from torchtune_longshort.data.corpus import _Source
+    from torchtune_longshort.data.document_source import DocumentSource
     from torchtune_longshort.data.text_files import DataSourceError
     from torchtune_longshort.eval.tasks.common.long_text import TaskDataError, readable_texts
 
@@ -61,7 +61,7 @@ def test_a_hub_source_whose_token_file_cannot_be_read_names_hf_home(tmp_path, mo
         huggingface_hub.get_token()  # what a streamed hub source does before its first request
         yield "never"
 
-    source = _Source(hub_documents, "hf_text('emozilla/pg19-test', split='test')")
+    source = DocumentSource(hub_documents, "hf_text('emozilla/pg19-test', split='test')")
     with pytest.raises(DataSourceError) as e:
         list(source())
     said = str(e.value)

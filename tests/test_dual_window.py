@@ -320,8 +320,8 @@ def test_the_setup_log_says_what_data_the_run_reads(tmp_path):
                     "[0, 16) and B = [e, 16 + e), e ~ U[1, 4]; 8 sample(s) a step (2 a micro-batch x 2 accumulation "
                     "step(s) x 2 process(es))"), said
     # a source that reads no files (a torchtune dataset) names its samples itself: no second count
-    from torchtune_longshort.data.corpus import _Source
+    from torchtune_longshort.data.document_source import DocumentSource
 
-    tt = _Source(lambda: iter(()), "torchtune dataset x (3 samples)", count=3, read=lambda indices: iter(()))
+    tt = DocumentSource(lambda: iter(()), "torchtune dataset x (3 samples)", count=3, read=lambda indices: iter(()))
     said = data_summary(tt, batcher, accumulation=1, shuffle=False)
     assert said.startswith("Data ready: torchtune dataset x (3 samples); windows"), said

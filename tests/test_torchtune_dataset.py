@@ -90,11 +90,12 @@ def test_a_resumed_torchtune_dataset_starts_at_its_position_without_rebuilding_t
 
 
 def test_a_map_style_source_restored_past_its_end_is_refused_naming_the_counts():
-    from torchtune_longshort.data.corpus import _Source
+    from torchtune_longshort.data.document_source import DocumentSource
     from torchtune_longshort.data.dual_window import PackedTokenStream
 
     docs = [[1, 2, 3]] * 4
-    source = _Source(lambda: iter(docs), "four documents", count=len(docs), read=lambda idx: (docs[i] for i in idx))
+    source = DocumentSource(lambda: iter(docs), "four documents", count=len(docs),
+                            read=lambda idx: (docs[i] for i in idx))
     stream = PackedTokenStream(source)
     stream.load_state_dict({"epoch": 1, "docs_consumed": 3, "tokens_consumed": 9, "buffer": [7]})
     assert stream.take(5) == [7, 1, 2, 3, 1] and (stream.epoch, stream.docs_consumed) == (2, 1)  # the last, a new pass

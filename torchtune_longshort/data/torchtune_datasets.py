@@ -18,7 +18,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, List, Optional, Tuple
 
-from torchtune_longshort.data.corpus import Documents, _Source
+from torchtune_longshort.data.corpus import Documents
+from torchtune_longshort.data.document_source import DocumentSource
 from torchtune_longshort.data.data_files import explain_load_failure, locate_record, named_files, record_problem
 from torchtune_longshort.data.source_names import record_or_skipped
 from torchtune_longshort.data.text_files import DataRecordError, check_first_readable
@@ -104,4 +105,4 @@ def torchtune_documents(dataset: Any, name: str = "", args: Optional[dict] = Non
             yield record_or_skipped(lambda: read_record(dataset, i, what, files, column, where), skip_bad_records)
 
     check_first_readable(docs(), what)
-    return _Source(docs, f"torchtune dataset {name or what} ({n} samples)", count=n, read=docs)
+    return DocumentSource(docs, f"torchtune dataset {name or what} ({n} samples)", count=n, read=docs)
