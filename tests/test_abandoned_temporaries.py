@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from torchtune_longshort.output_guard import ABANDONED_AFTER_S, atomic_open, atomic_write_text
+from torchtune_longshort.output_guard import atomic_open, atomic_write_text
+from torchtune_longshort.temporary_files import ABANDONED_AFTER_S
 
 # a child that opens x.txt through atomic_open, writes half of it, says so and is killed while it waits
 CHILD = """

@@ -138,7 +138,8 @@ def test_temporary_folders_a_killed_process_left_are_removed_by_the_next_one(tmp
     import os
     import time
 
-    from torchtune_longshort.output_guard import ABANDONED_AFTER_S, folder_beside
+    from torchtune_longshort.made_folders import folder_beside
+    from torchtune_longshort.temporary_files import ABANDONED_AFTER_S
 
     target = tmp_path / "model"
     names = [".model.converting_old", ".model.converting_fresh", ".model.training_old", "model.converting_old"]

@@ -10,7 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from torchtune_longshort.output_guard import check_output_folder, folder_beside, read_names, strict_json
+from torchtune_longshort.made_folders import folder_beside
+from torchtune_longshort.output_guard import check_output_folder, read_names, strict_json
 
 
 def test_a_numpy_float32_is_written_as_a_number_and_its_nan_as_null():

@@ -16,15 +16,13 @@ import io
 import shutil
 import signal
 import stat
-import sys
-import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import IO, Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.file_locks import flock_named
-from torchtune_longshort.temporary_files import ABANDONED_AFTER_S, new_temporary, remove_abandoned_temporaries
+from torchtune_longshort.made_folders import missing_root, remove_made_folders
+from torchtune_longshort.temporary_files import new_temporary, remove_abandoned_temporaries
 
 
 def read_json(path: Path) -> Any:
@@ -238,34 +236,6 @@ class _Record:
 _RECORDING: contextvars.ContextVar[Optional[_Record]] = contextvars.ContextVar("longshort_recording", default=None)
 
 
-def missing_root(path: Union[str, Path]) -> Optional[Path]:
-    """The outermost of ``path`` and its parents that does not exist (absolute), which ``mkdir(parents=True)`` would
-    create; None when ``path`` exists. A command refused after making ``path`` takes back that far
-    (:func:`remove_made_folders`)."""
-    path, root = Path(os.path.abspath(Path(path).expanduser())), None
-    while not path.exists() and path != path.parent:
-        root, path = path, path.parent
-    return root
-
-
-def remove_made_folders(path: Union[str, Path], root: Optional[Path]) -> None:
-    """Remove ``path`` and its parents up to ``root`` (:func:`missing_root` before they were made) while each is an
-    empty folder: a refused command leaves no empty folders it made; nothing when ``root`` is None."""
-    if root is None:
-        return
-    path = Path(os.path.abspath(Path(path).expanduser()))
-    for p in [path, *path.parents]:
-        if p != root and root not in p.parents:
-            return
-        try:
-            if p.exists():
-                p.rmdir()
-        except OSError:
-            return  # not empty, or not a folder: what holds files stays
-        if p == root:
-            return
-
-
 def _remove(paths: Iterable[Path]) -> None:
     """Remove ``paths`` (files, and folders once empty), deepest first; what is gone or cannot go is left."""
     for p in sorted(set(paths), key=lambda p: len(p.parts), reverse=True):
@@ -365,32 +335,3 @@ def plain_file_mode(*paths: Union[str, Path]) -> None:
     os.umask(mask)
     for path in paths:
         os.chmod(path, 0o666 & ~mask)
-
-
-def folder_beside(target: Union[str, Path], tag: str, abandoned_after_s: float = ABANDONED_AFTER_S) -> Path:
-    """A new, empty folder of this call's own beside ``target`` (``.<name>.<tag>_<random>``: on the same filesystem,
-    so a rename moves it into place, and never a folder of the user's), with the mode a plain ``mkdir`` gives
-    (``tempfile.mkdtemp``'s 0700 would hide a shared cache or tokenizer from other users). Such folders of
-    ``target`` and ``tag`` untouched for ``abandoned_after_s`` (:data:`ABANDONED_AFTER_S`; 0 for a caller holding
-    a lock that every maker of such folders holds: any other is a killed holder's), which a killed process left (a
-    SIGKILL during a GGUF conversion left 540 MB in the cache, hidden), are removed first, with one line."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_abandoned(target, tag, abandoned_after_s)
-    folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}_", dir=target.parent))
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(folder, 0o777 & ~mask)
-    return folder
-
-
-def remove_abandoned(target: Path, tag: str, abandoned_after_s: float) -> None:
-    """:func:`folder_beside`'s folders of ``target`` and ``tag`` untouched for ``abandoned_after_s``, removed, with
-    one line naming them."""
-    abandoned = [p for p in target.parent.glob(f".{target.name}.{tag}_*")
-                 if p.is_dir() and not p.is_symlink() and time.time() - p.stat().st_mtime >= abandoned_after_s]
-    for p in abandoned:
-        shutil.rmtree(p, ignore_errors=True)
-    if abandoned:
-        print(f"removed {len(abandoned)} temporary folder(s) a killed process left beside {target} "
-              f"({', '.join(p.name for p in abandoned)})", file=sys.stderr)

@@ -37,11 +37,10 @@ from torchtune_longshort.models.families import UnsupportedModelError, family_of
 from torchtune_longshort.models.gguf_cache import cache_dir, cache_field, lock_beside, waited_for
 from torchtune_longshort.models.gguf_checks import check_readable, converted_bytes, hf_folder_hint, load_complete
 from torchtune_longshort.models.gguf_tokenizer import as_llama_cpp_encodes
-from torchtune_longshort.output_guard import (
-    ABANDONED_AFTER_S, check_output_folder, folder_beside, missing_root, plain_file_mode, read_json,
-    remove_abandoned, remove_made_folders,
-)
+from torchtune_longshort.made_folders import folder_beside, missing_root, remove_abandoned, remove_made_folders
+from torchtune_longshort.output_guard import check_output_folder, plain_file_mode, read_json
 from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing, stoppable, user_path
+from torchtune_longshort.temporary_files import ABANDONED_AFTER_S
 
 PathLike = Union[str, Path]
 DONE_MARK = ".longshort_converted"

@@ -63,7 +63,7 @@ from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS, TaskTokenizer, flag
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
-from torchtune_longshort.output_guard import folder_beside
+from torchtune_longshort.made_folders import folder_beside
 from torchtune_longshort.refusals import one_line
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX, FAMILY_TASK

@@ -30,8 +30,8 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch and matplotl
     from torchtune_longshort.config.values import UnwritablePath, check_creatable
     from torchtune_longshort.devices import check_fits
     from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
-    from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, missing_root, read_json
-    from torchtune_longshort.output_guard import remove_made_folders, strict_json
+    from torchtune_longshort.made_folders import missing_root, remove_made_folders
+    from torchtune_longshort.output_guard import atomic_write_text, check_output_folder, read_json, strict_json
     from torchtune_longshort.plots.available import matplotlib_problem
     from torchtune_longshort.worker_pool import WorkerDied
 

@@ -28,7 +28,7 @@ from torchtune_longshort.data.tokenizer_training import (
     MIN_VOCAB, VocabBelowCharacters, check_training_folder, pieces_needed, sentencepiece_file,
     train_sentencepiece,
 )
-from torchtune_longshort.output_guard import folder_beside, missing_root, remove_made_folders
+from torchtune_longshort.made_folders import folder_beside, missing_root, remove_made_folders
 
 
 def stdlib_sentencepiece_tokenizer(

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from torchtune_longshort.launcher import launched_rank
-from torchtune_longshort.output_guard import atomic_write_text, missing_root, remove_made_folders
+from torchtune_longshort.made_folders import missing_root, remove_made_folders
+from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.lock_holder import (
     folder_flock, holder_alive, process_start, read_holder, written_holder,

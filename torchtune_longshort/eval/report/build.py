@@ -58,9 +58,9 @@ from torchtune_longshort.eval.report.runs import finite, no_curve_note, runs_sec
 from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
 from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
 from torchtune_longshort.plots.axes import table_number
+from torchtune_longshort.made_folders import missing_root, remove_made_folders
 from torchtune_longshort.output_guard import (
-    atomic_write_json, atomic_write_text, check_output_folder, missing_root, read_json, remove_made_folders, save_figure,
-    undone_on_failure,
+    atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
 )
 from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.provenance import provenance, provenance_markdown
