@@ -74,7 +74,7 @@ def test_a_local_text_file_that_does_not_decode_in_its_first_bytes_is_refused_by
     ``tune run`` refused it after its setup lines. The config check decodes each file's first HEAD_BYTES (a file named
     by mistake fails there) and refuses in the reader's words, naming dataset.path; a bad byte past the head is left
     to the run's one pass, and skip_bad_records=True (the run skips the record) is not refused."""
-    from torchtune_longshort.data.text_files import HEAD_BYTES
+    from torchtune_longshort.data.file_kinds import HEAD_BYTES
     from torchtune_longshort.training.recipe_config import load_recipe_config
 
     bad, late, rows = tmp_path / "bad.txt", tmp_path / "late.txt", tmp_path / "bad.jsonl"

@@ -61,7 +61,7 @@ def test_a_bad_record_past_the_config_checks_head_names_its_own_section(tmp_path
     folder exists; the message's keys are the section's that reads it: ``validation.dataset.skip_bad_records``
     for validation data (it said ``dataset.skip_bad_records``, a key that does not skip it)."""
     from recipe_config import make_cfg
-    from torchtune_longshort.data.text_files import HEAD_BYTES
+    from torchtune_longshort.data.file_kinds import HEAD_BYTES
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
 
     good = (HEAD_BYTES // len(GOOD)) + 2

@@ -10,7 +10,8 @@ import re
 import pytest
 
 from torchtune_longshort.data.file_paths import resolve_files
-from torchtune_longshort.data.text_files import RECORD_SUFFIXES, check_heads, iter_documents
+from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
+from torchtune_longshort.data.text_files import check_heads, iter_documents
 
 
 def test_entries_resolve_to_sorted_files(tmp_path):

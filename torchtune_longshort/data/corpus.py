@@ -35,8 +35,8 @@ from torchtune_longshort.data.resume_reading import line_ends_read_otherwise
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip, record_or_skipped
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
+from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
 from torchtune_longshort.data.text_files import (
-    RECORD_SUFFIXES,
     DataRecordError,
     SkippedRecord,
     check_encoding,

@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.data.file_paths import resolve_files
-from torchtune_longshort.data.text_files import (JSON_LINES_SUFFIX, JSON_SUFFIX, DataRecordError, Unparsed,
-                                                iter_documents)
+from torchtune_longshort.data.file_kinds import JSON_LINES_SUFFIX, JSON_SUFFIX
+from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents
 
 
 # The data files ``datasets`` reads from a local folder (its packaged builders): a folder holding none is refused.

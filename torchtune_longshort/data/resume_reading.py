@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from torchtune_longshort.data.file_paths import DIGEST_BYTES
-from torchtune_longshort.data.text_files import RECORD_SUFFIXES
+from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
 
 # The data state's "reading" mark, raised each time a source reads the same files otherwise: 2 since 2026-12-05, when
 # local_text left a folder's hidden files out and hf_text read text files whole; 3 since 2026-12-06, when hf_text

@@ -10,7 +10,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, TypeVar, Union
 
-from torchtune_longshort.data.text_files import COMPRESSED, NOT_DECODED, DataRecordError, SkippedRecord
+from torchtune_longshort.data.file_kinds import COMPRESSED, NOT_DECODED
+from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
 
 T = TypeVar("T")
 

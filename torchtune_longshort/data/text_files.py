@@ -7,7 +7,8 @@ Files by suffix:
 * ``*.json``: a JSON array of such objects (or one object), or JSON lines (``datasets``' ``to_json`` writes them);
 * ``*.parquet``: one document per row, its ``text_field`` column (read with pyarrow, a batch of rows at a time);
 * anything else: the whole file is one document. A file that is no text (compressed, Parquet under another name,
-  UTF-16, binary) is a bad record named with what it is, never text of replacement characters (:func:`not_text`).
+  UTF-16, binary) is a bad record named with what it is, never text of replacement characters
+  (:func:`~.file_kinds.not_text`).
 
 A record that cannot be read (bytes that are not ``encoding``, a line that is not JSON, a missing or non-string
 ``text_field``) is named with its file and line (``<file>:<line>: ...``) and either raised as ``ValueError`` or,
@@ -27,17 +28,12 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.data.file_kinds import (
+    HEAD_BYTES, JSON_LINES_SUFFIX, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, not_text,
+)
 from torchtune_longshort.data.replaced_text import decoded_and_said
 
-JSON_LINES_SUFFIX = ".jsonl"
-JSON_SUFFIX = ".json"
-PARQUET_SUFFIX = ".parquet"
-# The files with records (not one whole-file document): a folder given to a reader includes them whatever its suffixes.
-RECORD_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX)
 BadRecord = Optional[Callable[[str], Any]]
-# How much of each file a config check decodes before the run (:func:`check_heads`): a file named by mistake (gzip,
-# UTF-16, binary) fails in its first bytes; reading whole corpora is the run's start, not the check's.
-HEAD_BYTES = 1 << 16
 
 
 class DataRecordError(ValueError):
@@ -111,40 +107,6 @@ def check_encoding(encoding: Any, field: str = "encoding") -> None:
 
 
 # What a file is by its first bytes, when it is no text: (magic, what it is, what to do).
-# The words of a record whose bytes do not decode, and of a compressed file (a recipe's message adds its way on:
-# ``source_names.mend_or_skip``).
-NOT_DECODED = "bytes that are not"
-COMPRESSED = "-compressed file, not text"
-_DECOMPRESS = "decompress it first (the reader takes text, .jsonl, .json and .parquet files)"
-_MAGIC = (
-    (b"PAR1", "a Parquet file", f"name it *{PARQUET_SUFFIX}, whose rows are read as records"),
-    (b"\x1f\x8b", "a gzip-compressed file", _DECOMPRESS),
-    (b"BZh", "a bzip2-compressed file", _DECOMPRESS),
-    (b"\xfd7zXZ\x00", "an xz-compressed file", _DECOMPRESS),
-    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file", _DECOMPRESS),
-    (b"PK\x03\x04", "a zip archive", "extract its files and name them"),
-    (b"ARROW1", "an Arrow file", "load its folder as a Hugging Face data set"),
-)
-_UTF16 = (b"\xff\xfe", b"\xfe\xff")
-
-
-def not_text(head: bytes, encoding: str = "utf-8") -> Optional[str]:
-    """What a file whose first bytes are ``head`` is, and what to do, when it is no text in ``encoding`` (``"a
-    gzip-compressed file: decompress it first ..."``); None for text. Decoding with replacement (the evaluation's
-    local data) would read such a file as a document of replacement characters and score it."""
-    for magic, what, fix in _MAGIC:
-        if head.startswith(magic):
-            return f"{what}, not text: {fix}"
-    if codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
-        return None  # NUL bytes are its text's
-    if head.startswith(_UTF16):
-        return ("UTF-16 text (its byte-order mark), not UTF-8: convert it (iconv -f UTF-16 -t UTF-8), or name its "
-                "encoding")
-    if b"\x00" in head[:HEAD_BYTES]:
-        return "binary (NUL bytes), not text"
-    return None
-
-
 def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD_BYTES) -> None:
     """The first ``head`` bytes of each of ``files`` decode as ``encoding``; :class:`DataRecordError` in the words
     the reader uses when it reaches them (``<file>: ...`` / ``<file>:<line>: ...``, the byte in that record). A bad

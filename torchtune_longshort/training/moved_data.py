@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from torchtune_longshort.data.file_paths import file_digests, resolve_files
 from torchtune_longshort.data.corpus import TEXT_SUFFIXES
-from torchtune_longshort.data.text_files import RECORD_SUFFIXES
+from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
 
 Change = Tuple[str, Any, Any]
 

@@ -21,7 +21,8 @@ from torchtune_longshort.data.source_names import SourceNames, mend_or_skip
 from torchtune_longshort.data.data_files import check_not_empty, check_not_saved_dataset, named_files, named_path
 from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
 from torchtune_longshort.data.file_paths import resolve_files
-from torchtune_longshort.data.text_files import RECORD_SUFFIXES, DataRecordError, check_encoding, check_heads
+from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
+from torchtune_longshort.data.text_files import DataRecordError, check_encoding, check_heads
 from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, Section, setting
 from torchtune_longshort.config.values import boolean, integer, length, resolve_component

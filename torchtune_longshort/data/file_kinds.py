@@ -1,0 +1,52 @@
+"""What kind of file a reader of local text was given: by its name (the record formats, :data:`RECORD_SUFFIXES`) and
+by its first bytes (:func:`not_text`: compressed, Parquet under another name, UTF-16, binary), with the words a
+record that does not decode is named in. :mod:`~torchtune_longshort.data.text_files` reads the files.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Optional
+
+JSON_LINES_SUFFIX = ".jsonl"
+JSON_SUFFIX = ".json"
+PARQUET_SUFFIX = ".parquet"
+# The files with records (not one whole-file document): a folder given to a reader includes them whatever its suffixes.
+RECORD_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX)
+# How much of each file a config check decodes before the run (:func:`check_heads`): a file named by mistake (gzip,
+# UTF-16, binary) fails in its first bytes; reading whole corpora is the run's start, not the check's.
+HEAD_BYTES = 1 << 16
+
+
+# The words of a record whose bytes do not decode, and of a compressed file (a recipe's message adds its way on:
+# ``source_names.mend_or_skip``).
+NOT_DECODED = "bytes that are not"
+COMPRESSED = "-compressed file, not text"
+_DECOMPRESS = "decompress it first (the reader takes text, .jsonl, .json and .parquet files)"
+_MAGIC = (
+    (b"PAR1", "a Parquet file", f"name it *{PARQUET_SUFFIX}, whose rows are read as records"),
+    (b"\x1f\x8b", "a gzip-compressed file", _DECOMPRESS),
+    (b"BZh", "a bzip2-compressed file", _DECOMPRESS),
+    (b"\xfd7zXZ\x00", "an xz-compressed file", _DECOMPRESS),
+    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file", _DECOMPRESS),
+    (b"PK\x03\x04", "a zip archive", "extract its files and name them"),
+    (b"ARROW1", "an Arrow file", "load its folder as a Hugging Face data set"),
+)
+_UTF16 = (b"\xff\xfe", b"\xfe\xff")
+
+
+def not_text(head: bytes, encoding: str = "utf-8") -> Optional[str]:
+    """What a file whose first bytes are ``head`` is, and what to do, when it is no text in ``encoding`` (``"a
+    gzip-compressed file: decompress it first ..."``); None for text. Decoding with replacement (the evaluation's
+    local data) would read such a file as a document of replacement characters and score it."""
+    for magic, what, fix in _MAGIC:
+        if head.startswith(magic):
+            return f"{what}, not text: {fix}"
+    if codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
+        return None  # NUL bytes are its text's
+    if head.startswith(_UTF16):
+        return ("UTF-16 text (its byte-order mark), not UTF-8: convert it (iconv -f UTF-16 -t UTF-8), or name its "
+                "encoding")
+    if b"\x00" in head[:HEAD_BYTES]:
+        return "binary (NUL bytes), not text"
+    return None
