@@ -28,8 +28,9 @@ weights about as far here as on the GPU; the gradients are noisier (2 x 1024 tok
     python benchmarks/ce_controls_cpu.py --smoke --out /tmp/ce_smoke     # every part at tiny sizes, ~3 min
 
 With ``--ppl-samples`` N > 1 every row reads the same N sequences, and an alignment arm's line lists its
-difference from its control on each one. It prints one markdown table and writes ``results.json`` and ``report.md`` to ``--out``; finished parts (a
-fine-tune's checkpoint, an evaluation's results) are kept under ``--work`` and not run again.
+difference from its control on each one. It prints one markdown table and writes ``results.json`` and ``report.md``
+to ``--out``; finished parts (a fine-tune's checkpoint, an evaluation's results) are kept under ``--work`` and not
+run again.
 """
 from __future__ import annotations
 
@@ -145,14 +146,16 @@ class Parts:
         step = out / f"step_{a.steps}"
         if not (step / "config.json").is_file():
             self._timed(f"train_{name}", [
-                "tune", "run", a.recipe, "--config", a.recipe_config, f"checkpoint_dir={self.ckpt}", f"output_dir={out}",
+                "tune", "run", a.recipe, "--config", a.recipe_config, f"checkpoint_dir={self.ckpt}",
+                f"output_dir={out}",
                 f"model.method={a.rope[method]}", f"model.max_seq_len={a.L}", f"model.model.max_seq_len={a.L0}",
                 f"seq_len={a.train_len}", f"loss.alpha={alpha:g}",
                 f"loss.divergence={a.divergence}", "dataset.split=train", f"e_range=[{a.e_range[0]},{a.e_range[1]}]",
                 "batch_size=1", "gradient_accumulation_steps=1", f"max_steps={a.steps}",
                 f"save_every_n_steps={a.steps}", f"optimizer.lr={lr:g}", "optimizer.fused=False",
                 f"lr_scheduler.num_warmup_steps={a.warmup}", "validation=null", "device=cpu", "dtype=fp32",
-                "enable_activation_checkpointing=False", "log_every_n_steps=1", f"seed={a.seed}", "overwrite_output_dir=True"])
+                "enable_activation_checkpointing=False", "log_every_n_steps=1", f"seed={a.seed}",
+                "overwrite_output_dir=True"])
         return step
 
     def eval_name(self, name: str) -> str:
@@ -255,7 +258,8 @@ def report(a: argparse.Namespace, rows: Dict[str, Dict], out: Path) -> str:
     setting = (f"The CE-only controls of {a.study}: base {Path(a.checkpoint).name}, factor {a.L}/{a.L0}, fine-tunes "
                f"of {a.steps} steps at seq_len "
                f"{a.train_len}, lr {', '.join(f'{x:g}' for x in a.lrs)}, {a.warmup} warm-up steps (cosine), batch 1, "
-               f"e in {a.e_range}, seed {a.seed}, float32 on the CPU; perplexity on {a.ppl_samples} held-out sequence(s) per "
+               f"e in {a.e_range}, seed {a.seed}, float32 on the CPU; perplexity on {a.ppl_samples} held-out "
+               "sequence(s) per "
                "length (stdlib_heldout, documents joined), the same text for every row. Wall seconds from the "
                "parts' runs, on this machine's cores, shared at times with other jobs; - where a part was not timed")
     (out / "report.md").write_text(f"# CE-only controls, CPU proxy\n\n{setting}\n\n```\npython benchmarks/"

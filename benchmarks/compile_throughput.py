@@ -20,7 +20,8 @@ and the compiled run follow each other (order alternated by round); the table gi
 
 ``--methods``: our recipe's RoPE methods (``config``: the config's own model; otherwise ``model.method`` of the
 SmolLM2 config's ``rope_scaled`` node, or the tiny config's ``hf_decoder`` wrapped in a ``rope_scaled`` node of that
-method, scaled 4x from the checkpoint's length). torchtune runs the config's model (plain RoPE for tiny, YaRN for SmolLM2).
+method, scaled 4x from the checkpoint's length). torchtune runs the config's model (plain RoPE for tiny, YaRN for
+SmolLM2).
 """
 
 from __future__ import annotations

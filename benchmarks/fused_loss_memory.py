@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     L, e = args.seq_len, int(args.e_frac * args.seq_len)
     overlap = L // 2 - e  # the listing's aligned positions
     one = overlap * args.vocab * 4
-    print(f"vocab {args.vocab}, d {args.dim}, L {L}, e {e}, {args.chunks} chunks, {args.dtype}; one window's overlap logits "
+    print(f"vocab {args.vocab}, d {args.dim}, L {L}, e {e}, {args.chunks} chunks, {args.dtype}; "
+          "one window's overlap logits "
           f"[{overlap}, {args.vocab}] fp32 = {one / 2**20:.0f} MiB")
     print("| divergence | peak a=0 MiB | peak a=0.1 MiB | extra MiB | extra / one window's overlap logits |")
     print("|---|---|---|---|---|")

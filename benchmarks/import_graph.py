@@ -24,11 +24,11 @@ Circles: strongly connected components of more than one module, (a) in the graph
 Python must resolve on import) and (b) in the graph of all imports, function-level and type-only included: a circle
 only in (b) is one that a function-level or ``TYPE_CHECKING`` import hides. Both must be empty.
 
-Floors: a declared table (``FLOORS`` in benchmarks/import_layers.py), not a module's layer in the import DAG, which puts every importer above
-what it imports by construction and so could never show an arrow running back up. The table is the layering the
-project declares (DESIGN.md: features at the top, kits at the bottom) and says where a new module belongs; a module
-no key matches is *unplaced* (study modules are listed one by one). The study is the pipeline config -> plan -> run
--> collect -> report and figures (floors 5.0 .. 5.4), each stage importing only those before it. An *arrow up* is
+Floors: a declared table (``FLOORS`` in benchmarks/import_layers.py), not a module's layer in the import DAG, which puts
+every importer above what it imports by construction and so could never show an arrow running back up. The table is the
+layering the project declares (DESIGN.md: features at the top, kits at the bottom) and says where a new module belongs;
+a module no key matches is *unplaced* (study modules are listed one by one). The study is the pipeline config -> plan ->
+run -> collect -> report and figures (floors 5.0 .. 5.4), each stage importing only those before it. An *arrow up* is
 any import (module-level, function-level or type-only) to a module on a higher floor; within a floor is allowed.
 
 Deferred imports. A function-level import of the project's own module is kept only where it defers a heavy

@@ -120,7 +120,8 @@ def main(argv=None) -> int:
           "equal to uninterrupted | user files intact |")
     print("|---|---|---|---|---|---|---|")
     print(f"| {args.kills} | {landed} | {sum(r['where'] == 'during a checkpoint write' for r in rows)} | "
-          f"{sum(r['where'] == 'before the first save' for r in rows)} | {len(episodes)} | {sum(episodes)} | {intact} |")
+          f"{sum(r['where'] == 'before the first save' for r in rows)} | {len(episodes)} | {sum(episodes)} | "
+          f"{intact} |")
     return 0 if same and intact else 1
 
 

@@ -81,7 +81,8 @@ def build(shape: str, device: str, e: int, spec: dict = None):
     def naive(alpha):
         def step():
             ga, gb = model(a), model(b)  # full [1, L, vocab] float32 logits (torchtune upcasts)
-            ce = (F.cross_entropy(ga[0], la[0], ignore_index=-100) + F.cross_entropy(gb[0], lb[0], ignore_index=-100)) / 2
+            ce = (F.cross_entropy(ga[0], la[0], ignore_index=-100)
+                  + F.cross_entropy(gb[0], lb[0], ignore_index=-100)) / 2
             if alpha == 0:
                 return ce
             lo = L // 2
@@ -207,7 +208,8 @@ def print_table(rows: list) -> None:
     print("|" + "---|" * 9)
     for r in rows:
         ckpt = f"{r['mem_vs_ckpt_same_alpha']:.3f}" if r["mem_vs_ckpt_same_alpha"] is not None else "-"
-        print(f"| {r['shape']} | {r['variant']} | {r['time_ms']:.0f} | {r['peak_mb']:.1f} | {r['time_vs_naive0']:.3f} | "
+        print(f"| {r['shape']} | {r['variant']} | {r['time_ms']:.0f} | {r['peak_mb']:.1f} | "
+              f"{r['time_vs_naive0']:.3f} | "
               f"{r['mem_vs_naive0']:.3f} | {r['time_vs_same_path_a0']:.3f} | {r['mem_vs_same_path_a0']:.3f} | "
               f"{ckpt} |")
 

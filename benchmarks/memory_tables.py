@@ -26,7 +26,8 @@ def print_points(points: List[dict]) -> None:
     for p in points:
         v = {ph: _mib(phase_value(p, ph)) for ph in ("forward", "loss", "bwd_first", "bwd_end", "optimizer")}
         print(f"| {p['shape']} | {p['depth']} | {p['L']} | {'on' if p['offload'] else 'off'} | {p['num_chunks']} | "
-              f"{p.get('tile') or '-'} | {_mib(p['base'])} | {v['forward']} | {v['loss']} | {v['bwd_first']} | {v['bwd_end']} | "
+              f"{p.get('tile') or '-'} | {_mib(p['base'])} | {v['forward']} | {v['loss']} | {v['bwd_first']} | "
+              f"{v['bwd_end']} | "
               f"{v['optimizer']} | {_mib(p['peak'])} | {_mib(p['moved_bytes'])} | {p['seconds']} |")
 
 
@@ -51,7 +52,8 @@ def _parts(key: tuple):
 def print_residuals(points: List[dict], fits: Dict[tuple, Dict[str, Coef]]) -> None:
     """The largest misfit of each CPU fit over the points it fits, and the L^2 coefficient of a quadratic through
     the deepest points (3 windows: it measures the curvature)."""
-    print("\n| shape | offload | MLP | phase | largest misfit MiB | of the value | L^2 coef B/token^2 | L^2 share at the "
+    print("\n| shape | offload | MLP | phase | largest misfit MiB | of the value | L^2 coef B/token^2 | "
+          "L^2 share at the "
           "largest L |\n|" + "---|" * 8)
     for key, coefs in fits.items():
         shape, offload, mlp = _parts(key)
@@ -99,7 +101,8 @@ def print_predictions(model: Dict[tuple, Dict[str, Coef]]) -> None:
                 moved = model[(shape, True)]["moved"].at(SHAPES[shape].layers, L) if offload else 0
                 chunks = nc or f"ceil((L+e)/{BOUNDED_CHUNK}) = {bounded_chunks(L, L // 4)}"
                 print(f"| {shape} | {'on' if offload else 'off'} | {f'tiles of {tile}' if tile else 'whole'} | "
-                      f"{chunks} | {budget / GB:.0f} GB | {L:,} | {2 * L:,} | {ph} | {by / GB:.1f} | {moved / GB:.1f} |")
+                      f"{chunks} | {budget / GB:.0f} GB | {L:,} | {2 * L:,} | {ph} | {by / GB:.1f} | "
+                      f"{moved / GB:.1f} |")
 
 
 def print_checks(points: List[dict], checks: List[dict]) -> None:
@@ -120,7 +123,8 @@ def print_checks(points: List[dict], checks: List[dict]) -> None:
             if ph == "forward" and c["offload"]:  # the stash holds min(depth, 5) inputs; the fit, depth 2's two
                 pred += (min(c["depth"], 5) - 2) * coefs["moved"].b * c["L"]
             got = phase_value(c, ph)
-            print(f"| {c['shape']} | {c['depth']} | {c['L']} | {'on' if c['offload'] else 'off'} | {tile or '-'} | {ph} | "
+            print(f"| {c['shape']} | {c['depth']} | {c['L']} | {'on' if c['offload'] else 'off'} | {tile or '-'} | "
+                  f"{ph} | "
                   f"{_mib(got)} | {_mib(pred)} | {pred / got:.4f} |")
 
 
@@ -182,9 +186,11 @@ def read_runs(path: Path) -> List[dict]:
 
 def print_gpu_runs(runs: List[dict], model: Dict[tuple, Dict[str, Coef]]) -> None:
     """GPU steps that fit (``run_step`` results: allocated peak) against this model's prediction."""
-    print("\n| shape | L | offload | chunks | MLP tile | GPU peak GB | predicted GB | measured / predicted | peaks in |\n|"
+    print("\n| shape | L | offload | chunks | MLP tile | GPU peak GB | predicted GB | measured / predicted | "
+          "peaks in |\n|"
           + "---|" * 9)
     for r in (r for r in runs if r.get("fit")):
         pred, phase = predict_bytes(r["shape"], r["L"], r["offload"], r["num_chunks"], model=model, tile=r.get("tile"))
         print(f"| {r['shape']} | {r['L']} | {'on' if r['offload'] else 'off'} | {r['num_chunks']} | "
-              f"{r.get('tile') or '-'} | {r['peak_bytes'] / GB:.2f} | {pred / GB:.2f} | {r['peak_bytes'] / pred:.3f} | {phase} |")
+              f"{r.get('tile') or '-'} | {r['peak_bytes'] / GB:.2f} | {pred / GB:.2f} | "
+              f"{r['peak_bytes'] / pred:.3f} | {phase} |")

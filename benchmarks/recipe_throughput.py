@@ -379,7 +379,8 @@ def main(argv=None):
                   f"{100 * r['mfu']:.1f}% |")
     for v in summary["per_model"].values():
         print(f"{v['model']}: ours(alpha=0) / torchtune = {v['ratio_alpha0_vs_torchtune']:.3f} tokens/s, "
-              f"{v['rss_alpha0_vs_torchtune']:.3f} peak RSS; alpha=0.1 / alpha=0 = {v['ratio_alpha0.1_vs_alpha0']:.3f}; "
+              f"{v['rss_alpha0_vs_torchtune']:.3f} peak RSS; "
+              f"alpha=0.1 / alpha=0 = {v['ratio_alpha0.1_vs_alpha0']:.3f}; "
               f"loss path {v['loss_path']}; {v['flops_per_token'] / 1e9:.3f} GFLOP/token")
     from torchtune_longshort.provenance import provenance
 

@@ -54,7 +54,8 @@ def _run_once(kind: str, backend: str, seq: int, heads: int, head_dim: int, grou
     with ctx:
         # Warm up kernels on a small problem: a same-size warm-up would set the RSS high-water mark itself.
         wq = torch.randn(1, heads, 64, head_dim, requires_grad=True)
-        (F.scaled_dot_product_attention(wq, wq, wq, is_causal=True).sum() + s2_attention(wq, wq, wq, 16).sum()).backward()
+        (F.scaled_dot_product_attention(wq, wq, wq, is_causal=True).sum()
+         + s2_attention(wq, wq, wq, 16).sum()).backward()
         del wq
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         t0 = time.perf_counter()
@@ -99,7 +100,8 @@ def main(argv=None) -> None:
     for backend, seq in tqdm(jobs, desc="s2attn_memory"):
         full = measure("full", backend, seq, a.heads, a.head_dim, a.group_ratio)
         s2 = measure("s2", backend, seq, a.heads, a.head_dim, a.group_ratio)
-        rows.append({"backend": backend, "seq_len": seq, "group_size": int(seq * a.group_ratio), "full": full, "s2": s2})
+        rows.append({"backend": backend, "seq_len": seq, "group_size": int(seq * a.group_ratio), "full": full,
+                     "s2": s2})
 
     hdr = f"{'backend':8} {'seq':>6} {'G':>5} | {'saved MiB full':>14} {'s2':>8} {'ratio':>6} | " \
           f"{'peak RSS MiB full':>17} {'s2':>8} {'ratio':>6} | {'time ratio':>10}"

@@ -4,7 +4,7 @@ logits with its folder as it is, against the same weights under YaRN x2 (``rope_
 own model on both sides. Prints the relative L2 norm of the difference (over the YaRN logits) and the largest
 logit's difference (over the largest YaRN logit) for each length: the README's and docs/eval.md's "7.9% off".
 
-    python benchmarks/yarn_logit_gap.py                   # the model cached by python -m torchtune_longshort.models.gguf
+    python benchmarks/yarn_logit_gap.py  # the model cached by python -m torchtune_longshort.models.gguf
     python benchmarks/yarn_logit_gap.py --model DIR --lengths 512 2048
 """
 
