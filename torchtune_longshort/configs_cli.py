@@ -7,9 +7,9 @@
 ``tune cp``'s flags mean the same here: ``--make-parents`` creates the destination's folders, ``-n/--no-clobber``
 leaves an existing destination as it is (exit 0), and a destination without a suffix gets ``.yaml``. One with a
 suffix is written as named (``run.yml``), where ``tune cp`` replaces any suffix with ``.yaml`` (its ``run.yml`` and
-``run.v2`` both write ``run.yaml``). Unlike ``tune cp``, an existing destination is refused unless ``--force`` is given (a user's edited config is not replaced).
-A destination that is a symbolic link is written through, the link kept, as ``tune cp`` (``shutil.copy``) does
-(``-n`` too, where the file it points to is not there yet).
+``run.v2`` both write ``run.yaml``). Unlike ``tune cp``, an existing destination is refused unless ``--force`` is given
+(a user's edited config is not replaced). A destination that is a symbolic link is written through, the link kept, as
+``tune cp`` (``shutil.copy``) does (``-n`` too, where the file it points to is not there yet).
 
 The YAML files under the repository's ``configs/`` are installed with the package (``torchtune_longshort.configs``),
 so a non-editable ``pip install .`` has them too.
@@ -117,7 +117,8 @@ def resolve_config(value: str, root: Path, key: str, example: Optional[str] = No
     where = (f" (looked for at {path})" if str(value).startswith("~") else "" if Path(str(value)).is_absolute()
              else f" (relative to {root})")  # a `~` names the home folder the path was looked for in
     raise ValueError(f"{key}={value!r} is neither a file{where} nor a config this package ships: "
-                     f"name one of `longshort-cp --list` / `{CP_MODULE} --list`{f' (e.g. {like[0]})' if like else ''} or "
+                     f"name one of `longshort-cp --list` / `{CP_MODULE} --list`"
+                     f"{f' (e.g. {like[0]})' if like else ''} or "
                      "a YAML file")
 
 

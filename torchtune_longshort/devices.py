@@ -39,7 +39,8 @@ def device_problem(name: str) -> Union[str, None]:
         if not torch.cuda.is_available():
             return "CUDA is not available on this machine"
         if index is not None and index >= torch.cuda.device_count():
-            return f"this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0..cuda:{torch.cuda.device_count() - 1})"
+            count = torch.cuda.device_count()
+            return f"this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})"
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         return "MPS is not available on this machine"
     return None

@@ -15,10 +15,11 @@ from typing import Callable, Optional, Tuple
 def flock_named(path: Path, flags: int, waiting: Optional[Callable[[], None]] = None,
                 make_folder: bool = False) -> Tuple[int, bool]:
     """A descriptor of ``path`` (opened with ``flags``, created where absent; with ``make_folder``, its folder made
-    again where it is gone, else that is the caller's FileNotFoundError) under an exclusive flock, and whether this call created the file. The flock is taken on the opened file, then
-    checked to be still the one ``path`` names: a holder may have renamed or removed it meanwhile (then again, on the
-    new file), else two processes would each hold a file of one name. ``waiting`` is called once, before this call
-    blocks on another holder. Where the file system has no flock (ENOLCK / EOPNOTSUPP), none."""
+    again where it is gone, else that is the caller's FileNotFoundError) under an exclusive flock, and whether this call
+    created the file. The flock is taken on the opened file, then checked to be still the one ``path`` names: a holder
+    may have renamed or removed it meanwhile (then again, on the new file), else two processes would each hold a file of
+    one name. ``waiting`` is called once, before this call blocks on another holder. Where the file system has no flock
+    (ENOLCK / EOPNOTSUPP), none."""
     said = False
     while True:
         try:

@@ -43,7 +43,8 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
     file is a new one of this call's (``.<name>.<random>.tmp``, :mod:`torchtune_longshort.temporary_files`): no file
     of the user's is written or removed (a user's ``<name>.tmp`` was), and two processes writing ``path`` at once each
     put a whole file in place, the last to finish staying. ``tmp``: a temporary file of the caller's own instead, held
-    under an exclusive flock until it is in place: a second process writing through it waits (:func:`_own_temporary`)."""
+    under an exclusive flock until it is in place: a second process writing through it waits
+    (:func:`_own_temporary`)."""
     path, own = Path(path), tmp is None
     recording = _RECORDING.get()
     if recording is not None:

@@ -7,9 +7,9 @@ whole output: one line, ``<program>: error: <message>``, on stderr, exit status 
 refusal read as a crash). ``LONGSHORT_TRACEBACK=1`` shows the traceback as well, for a report of a bug.
 
 What counts as a refusal (:data:`REFUSED`): ``ValueError`` (the project's checks raise it or a subclass),
-the ``OSError`` kinds of a missing, existing or forbidden path, and any :class:`Refusal` (a config key error, an output folder
-another run holds). A write that found its disk full (:func:`~torchtune_longshort.disk_space.is_out_of_space`: every
-writer says it differently) is told in one line the same way. Every other exception keeps its traceback.
+the ``OSError`` kinds of a missing, existing or forbidden path, and any :class:`Refusal` (a config key error, an output
+folder another run holds). A write that found its disk full (:func:`~torchtune_longshort.disk_space.is_out_of_space`:
+every writer says it differently) is told in one line the same way. Every other exception keeps its traceback.
 
 Under torchrun (``tune run --nproc_per_node N``) every worker runs the same checks. The refusal is printed once, by
 the first worker to refuse (it claims a file in the agent's folder of the attempt, which the agent removes; rank 0

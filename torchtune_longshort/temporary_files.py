@@ -33,8 +33,8 @@ def temporary_of(name: str) -> Optional[str]:
 def new_temporary(path: Path, mode: str, _claim: Optional[Callable[[Path], None]] = None,
                   **kwargs: Any) -> Tuple[Path, IO]:
     """A temporary file beside ``path`` that this call made (``O_CREAT | O_EXCL``: a name taken, by a file or a
-    link of anyone's, is never opened; another is drawn), with the mode a plain ``open`` gives a new file (``0o666`` under
-    the umask; ``tempfile.mkstemp``'s 0600 would hide a shared report from other users), opened with ``mode``.
+    link of anyone's, is never opened; another is drawn), with the mode a plain ``open`` gives a new file (``0o666``
+    under the umask; ``tempfile.mkstemp``'s 0600 would hide a shared report from other users), opened with ``mode``.
     ``_claim``: called with its name once made (a record of what a run wrote); a failure there removes it."""
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")

@@ -112,7 +112,8 @@ def resolve_e_range(e_range: Sequence[Bound], L: int) -> Tuple[int, int]:
                          f"{e_range!r}])")
     lo, hi = (parse_e_bound(b, L) for b in e_range)
     if not (1 <= lo <= L and 1 <= hi <= L):
-        raise ValueError(f"e_range={list(e_range)} resolves to [{lo}, {hi}] for L={L}: both bounds must lie in [1, L={L}]")
+        raise ValueError(f"e_range={list(e_range)} resolves to [{lo}, {hi}] for L={L}: both bounds must lie in "
+                         f"[1, L={L}]")
     if lo > hi:
         raise ValueError(f"e_range={list(e_range)} resolves to [{lo}, {hi}] for L={L}: lo > hi; give the smaller "
                          "bound first")

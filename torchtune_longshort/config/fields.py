@@ -86,8 +86,8 @@ def section_keys(cls: type) -> Dict[str, Any]:
 def resume_policies(cls: type) -> Dict[str, str]:
     """``{key: policy}`` of the top-level config section ``cls``: every top-level key (a flat section's keys
     included) with its declared :data:`RESUME_POLICIES` entry, and ``<key>.<arg>`` for the args a nested section
-    lists in ``RESUME_IGNORED`` (ignored), ``RESUME_APPLIED`` (applied) or ``RESUME_EXACT`` (exact). Raises ``TypeError`` naming a field that
-    declares none."""
+    lists in ``RESUME_IGNORED`` (ignored), ``RESUME_APPLIED`` (applied) or ``RESUME_EXACT`` (exact). Raises
+    ``TypeError`` naming a field that declares none."""
     out: Dict[str, str] = {}
     for f in fields(cls):
         if f.metadata.get("flat"):

@@ -207,7 +207,8 @@ def hf_text(
 
         if is_saved_dataset(source):  # load_dataset refuses a folder of Dataset.save_to_disk
             return load_saved_dataset(source, split, names("split"))
-        return load_dataset(source, name, split=split, data_files=data_files, streaming=streaming, **load_dataset_kwargs)
+        return load_dataset(source, name, split=split, data_files=data_files, streaming=streaming,
+                            **load_dataset_kwargs)
 
     def records() -> Iterator[Any]:
         read = 0

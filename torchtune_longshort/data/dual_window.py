@@ -310,7 +310,8 @@ class DualWindowBatcher:
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        if state.get("L", self.L) != self.L or list(state.get("e_range", [self.e_lo, self.e_hi])) != [self.e_lo, self.e_hi]:
+        if state.get("L", self.L) != self.L \
+                or list(state.get("e_range", [self.e_lo, self.e_hi])) != [self.e_lo, self.e_hi]:
             raise ValueError(
                 f"cannot resume: saved data state has L={state.get('L')} e_range={state.get('e_range')}, "
                 f"this run has L={self.L} e_range={[self.e_lo, self.e_hi]}"

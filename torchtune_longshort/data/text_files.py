@@ -138,7 +138,8 @@ def text_of_record(record: Any, text_field: str, where: str, setting: str = "tex
     """The string in ``record[text_field]``; ``ValueError`` naming ``where``, the record's fields and ``setting``
     (the option that picks the field) otherwise."""
     if not isinstance(record, dict):
-        raise DataRecordError(f"{where}: record is a {type(record).__name__}, expected an object with a {text_field!r} field")
+        raise DataRecordError(f"{where}: record is a {type(record).__name__}, expected an object with a "
+                              f"{text_field!r} field")
     if text_field not in record:
         raise DataRecordError(
             f"{where}: no text field {text_field!r} in the record; its fields are {sorted(record)[:12]}. "

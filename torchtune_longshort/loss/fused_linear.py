@@ -192,7 +192,8 @@ class _FusedPass:
 
     def _pair_blocks(self, c: TargetChunk, win_a, win_b, lp, p, rows: slice, p_off: int):
         """Chunk ``c``'s aligned pairs, block by block (:data:`PAIR_BLOCK_SPLIT`): their divergence values into
-        ``div_v`` and, when trained, their rows' dloss/dlogits (CE one-hot aside) over ``lp``. ``(wrote_a, wrote_b)``."""
+        ``div_v`` and, when trained, their rows' dloss/dlogits (CE one-hot aside) over ``lp``.
+        ``(wrote_a, wrote_b)``."""
         bsz, V, n, plan = self.bsz, self.V, c.n_pairs, self.plan
         block = self._block_fn
         out_v = self.div_v[p_off : p_off + bsz * n].view(bsz, n, 1)

@@ -85,8 +85,9 @@ class LongShortLoss(nn.Module):
     """Long-short alignment loss: ``(ce_A + ce_B) / 2 + alpha * D(A, B)``.
 
     Args:
-        alpha: weight of the misalignment term (default :data:`DEFAULT_ALPHA`, the paper's 0.1; useful 0.1-0.3). ``0`` is the plain
-            cross-entropy baseline on exactly the same tokens (the divergence is still reported, see ``report_misalignment``).
+        alpha: weight of the misalignment term (default :data:`DEFAULT_ALPHA`, the paper's 0.1; useful 0.1-0.3). ``0``
+            is the plain cross-entropy baseline on exactly the same tokens (the divergence is still reported, see
+            ``report_misalignment``).
         divergence: a name in :data:`~torchtune_longshort.loss.divergences.DIVERGENCES` (``"sce"``: paper Eq. 3), or
             the dotted path of a per-position function of one's own (``my_module.my_div``; :mod:`.own_divergence`).
         min_context: floor of the compared positions, see :mod:`torchtune_longshort.windows`.
@@ -247,7 +248,8 @@ class LongShortLoss(nn.Module):
         if hidden:
             self._log_path(path)
         if path == "fused":
-            ce_a, ce_b, div, loss = self._fused(slice_parts(a_parts, 0, L), slice_parts(b_parts, 0, L), labels_a, labels_b, n_a, n_b, pos, chunks, mode)
+            ce_a, ce_b, div, loss = self._fused(slice_parts(a_parts, 0, L), slice_parts(b_parts, 0, L), labels_a,
+                                                labels_b, n_a, n_b, pos, chunks, mode)
         else:
             ce_a, ce_b, div = checkpointed_terms(a_parts, b_parts, labels_a, labels_b, project, chunks, mode,
                                                  self.ignore_index, self.divergence, self.stop_grad_long,

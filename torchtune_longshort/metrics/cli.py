@@ -223,7 +223,8 @@ def _check_output(args) -> None:
         return
     out = Path(path)
     if out.is_dir():
-        raise IsADirectoryError(f"--output={path!r} is a folder: name a JSON file, e.g. {str(out / 'misalignment.json')!r}")
+        raise IsADirectoryError(f"--output={path!r} is a folder: name a JSON file, e.g. "
+                                f"{str(out / 'misalignment.json')!r}")
     if out.exists() or out.is_symlink():  # a link to nothing is the user's too
         try:
             earlier = json.loads(out.read_text())

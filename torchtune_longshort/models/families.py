@@ -333,8 +333,8 @@ def check_family_beside(name: Any, folder: str, config: Config, where: str = "mo
         why = (f"its {FAMILY_KEY!r} names it" if config.get(FAMILY_KEY) is not None else
                f"the table's row for its model_type {config.get('model_type')!r}, as no {FAMILY_KEY!r} names one")
         raise UnsupportedModelError(
-            f"{said} ({why}): set {json.dumps({FAMILY_KEY: name})[1:-1]} in {folder}/config.json (the folder's config.json "
-            f"decides its family, for evaluation too), or drop {where}")
+            f"{said} ({why}): set {json.dumps({FAMILY_KEY: name})[1:-1]} in {folder}/config.json (the folder's "
+            f"config.json decides its family, for evaluation too), or drop {where}")
     raise UnsupportedModelError(
         f"{said}; {name!r} reads model_type {family.hf_model_type!r}{_tying(family)}, not this one's "
         f"{config.get('model_type')!r} (tie_word_embeddings={config.get('tie_word_embeddings')!r}): drop {where}")

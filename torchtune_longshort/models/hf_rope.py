@@ -104,7 +104,8 @@ _NOT_REPRESENTABLE = "longshort-"  # the rope_type prefix of a method transforme
 def not_representable_rope_type(method: str) -> str:
     """The ``rope_type`` written for a method transformers cannot run: transformers raises ``KeyError`` with this
     text when it builds the model, so ``lm-eval --model hf`` fails with the reason instead of a wrong model."""
-    return f"{_NOT_REPRESENTABLE}{method} (not representable in transformers: evaluate with longshort-eval --model longshort)"
+    return (f"{_NOT_REPRESENTABLE}{method} (not representable in transformers: evaluate with longshort-eval --model "
+            "longshort)")
 
 
 def not_representable_method(config: Dict[str, Any]) -> Optional[str]:

@@ -72,7 +72,8 @@ def copy_tokenizer(source: PathLike, out_dir: PathLike) -> List[str]:
         except Exception as e:  # e.g. a tiktoken tokenizer.model, which LlamaTokenizer cannot read
             logger.warning(
                 "%s: could not write transformers' tokenizer files from %s (%s: %s); torchtune and the longshort "
-                "model load this folder, AutoTokenizer needs tokenizer.json beside it", out_dir, src, type(e).__name__, e
+                "model load this folder, AutoTokenizer needs tokenizer.json beside it", out_dir, src,
+                type(e).__name__, e
             )
     return written
 

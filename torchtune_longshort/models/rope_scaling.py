@@ -51,7 +51,8 @@ def rope_attention_layers(model: nn.Module) -> List[Tuple[int, nn.Module]]:
 
     layers = getattr(model, "layers", None)
     if layers is None:
-        raise ValueError(f"model of type {type(model).__name__} has no .layers: expected a torchtune TransformerDecoder")
+        raise ValueError(f"model of type {type(model).__name__} has no .layers: expected a torchtune "
+                         "TransformerDecoder")
     found = []
     for i, layer in enumerate(layers):
         for m in layer.modules():

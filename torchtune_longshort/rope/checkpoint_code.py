@@ -2,13 +2,13 @@
 ``longshort_rope.method``) is imported, which runs its module's top-level code. A folder one did not make can name any
 importable module, so, as transformers asks ``trust_remote_code=True`` before it runs the code a checkpoint's
 ``auto_map`` names (and lm-eval's ``hf`` passes that argument through ``--model_args``), the readers of someone's
-checkpoint (the ``longshort`` eval model, ``longshort-misalignment``, :func:`~torchtune_longshort.models.load_hf_checkpoint`)
-read it under :func:`checkpoint_code`: there a path outside this package that this process has not imported already
-is refused before it is imported, unless the caller trusts it. So does the recipe's config check (``tune run``,
-``longshort-validate``) for the start checkpoint folders a config names (``checkpointer.checkpoint_dir=THEIR_FOLDER``
-is someone's folder, as ``pretrained=`` is; transformers' ``from_pretrained`` in one's own training script asks
-too), trusted by ``checkpointer.trust_remote_code: true``; a path the config names itself (``model.family``,
-``model.method``) is the user's and needs no key."""
+checkpoint (the ``longshort`` eval model, ``longshort-misalignment``,
+:func:`~torchtune_longshort.models.load_hf_checkpoint`) read it under :func:`checkpoint_code`: there a path outside this
+package that this process has not imported already is refused before it is imported, unless the caller trusts it. So
+does the recipe's config check (``tune run``, ``longshort-validate``) for the start checkpoint folders a config names
+(``checkpointer.checkpoint_dir=THEIR_FOLDER`` is someone's folder, as ``pretrained=`` is; transformers'
+``from_pretrained`` in one's own training script asks too), trusted by ``checkpointer.trust_remote_code: true``; a path
+the config names itself (``model.family``, ``model.method``) is the user's and needs no key."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ class LinearRoPE(ScaledRoPE):
 
     @classmethod
     def from_hf(cls, entry, theta, max_position_embeddings):
-        return {"method": "linear", "base": theta, "factor": float(entry["factor"]), "max_seq_len": max_position_embeddings}
+        return {"method": "linear", "base": theta, "factor": float(entry["factor"]),
+                "max_seq_len": max_position_embeddings}
 
     def __init__(self, dim, max_seq_len, base=10_000.0, *, factor: float, layout="interleaved"):
         super().__init__(dim, max_seq_len, base, layout)

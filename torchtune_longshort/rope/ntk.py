@@ -90,7 +90,8 @@ class DynamicNTKRoPE(ScaledRoPE):
                 "original_max_seq_len": max_position_embeddings,
                 "max_seq_len": int(round(max_position_embeddings * factor))}
 
-    def __init__(self, dim, max_seq_len, base=10_000.0, *, factor: float, original_max_seq_len: int, layout="interleaved"):
+    def __init__(self, dim, max_seq_len, base=10_000.0, *, factor: float, original_max_seq_len: int,
+                 layout="interleaved"):
         super().__init__(dim, max_seq_len, base, layout)
         if self.dim == 2:
             raise ValueError("head_dim=2 is not accepted for dynamic_ntk: the exponent dim/(dim-2) is undefined")

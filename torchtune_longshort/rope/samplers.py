@@ -81,9 +81,11 @@ class PoSEPositions:
         check_positive_int("batch_size", batch_size)
         check_positive_int("seq_len", seq_len)
         if seq_len > self.target_len:
-            raise ValueError(f"seq_len={seq_len} is larger than target_len={self.target_len}: PoSE needs seq_len <= target_len")
+            raise ValueError(f"seq_len={seq_len} is larger than target_len={self.target_len}: PoSE needs "
+                             "seq_len <= target_len")
         if self.num_chunks > seq_len:
-            raise ValueError(f"num_chunks={self.num_chunks} is larger than seq_len={seq_len}: every chunk needs a token")
+            raise ValueError(f"num_chunks={self.num_chunks} is larger than seq_len={seq_len}: every chunk needs a "
+                             "token")
         slack = self.target_len - seq_len
         rows = []
         for _ in range(batch_size):

@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=int, default=run.num_heads, help=f"attention heads (default {run.num_heads})")
     p.add_argument("--steps", type=int, default=None,
                    help=f"max training steps (default {run.max_steps}, quick {_QUICK['max_steps']})")
-    p.add_argument("--lr", type=float, default=run.lr, help=f"learning rate (default {run.lr:g}; paper grid: {paper_lrs})")
+    p.add_argument("--lr", type=float, default=run.lr,
+                   help=f"learning rate (default {run.lr:g}; paper grid: {paper_lrs})")
     p.add_argument("--lrs", default=None,
                    help=f"with --figure: comma list of learning rates to search per curve and seed (e.g. the paper's "
                         f"{paper_lrs}); the run with the lowest training-length validation MSE is kept (a rate that "

@@ -149,7 +149,8 @@ def _longer_l_train_lowers_not_removes(fig: Dict) -> Dict:
                        "ratio_at_l_test_over_in": float(mean[-1] / mean[:l_tr].mean())}
     vals = [r["mse_at_l_test"] for r in sorted(rows.values(), key=lambda r: r["l_train"])]
     return {
-        "held": all(a > b for a, b in zip(vals, vals[1:])) and all(r["ratio_at_l_test_over_in"] > 10 for r in rows.values()),
+        "held": all(a > b for a, b in zip(vals, vals[1:]))
+        and all(r["ratio_at_l_test_over_in"] > 10 for r in rows.values()),
         "criterion": "MSE at l_test strictly decreases with l_train, and stays > 10x the in-range MSE",
         "per_l_train": rows,
     }
@@ -195,7 +196,8 @@ def _theory_row(task: str, mses: List[np.ndarray], lt: int, lT: int) -> Dict:
         dbl = sum_error_closed_form(l, lt, "doubled")[lt:]
         row["mean_abs_log_ratio_vs_binomial"] = float(np.mean(np.abs(np.log(mean[lt:] / b))))
         row["mean_abs_log_ratio_vs_doubled"] = float(np.mean(np.abs(np.log(mean[lt:] / dbl))))
-        row["matches"] = "binomial (l+1)/(4l)" if row["mean_abs_log_ratio_vs_binomial"] < row["mean_abs_log_ratio_vs_doubled"] else "doubled (l+1)/(2l)"
+        binomial_closer = row["mean_abs_log_ratio_vs_binomial"] < row["mean_abs_log_ratio_vs_doubled"]
+        row["matches"] = "binomial (l+1)/(4l)" if binomial_closer else "doubled (l+1)/(2l)"
     return row
 
 

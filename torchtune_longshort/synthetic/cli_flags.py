@@ -114,5 +114,6 @@ def interrupted(a: argparse.Namespace) -> str:
     if not names & {"all", *PAPER_FIGURES}:
         return f"{INTERRUPTED}; the beyond figures keep no finished run: run it again"
     if a.cache is None:
-        return f"{INTERRUPTED}; the runs that finished are not kept (with --cache DIR they are, and a rerun reuses them)"
+        return (f"{INTERRUPTED}; the runs that finished are not kept (with --cache DIR they are, and a rerun reuses "
+                "them)")
     return f"{INTERRUPTED}; the runs that finished are kept in {a.cache} and the same command reuses them"

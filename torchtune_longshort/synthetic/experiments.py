@@ -1,7 +1,7 @@
 """The paper's synthetic figures (Du et al., ICML 2025: Fig. 1a/1b/1c, 4, 5, 6) plus the App. C.1 theory check.
 
-``figure_curves`` declares each figure as a list of (label, RunConfig) curves; ``run_figures`` trains every distinct run once
-(several seeds, in ``workers`` processes), writes ``runs.json`` / ``<figure>.csv`` / ``<figure>.png`` and
+``figure_curves`` declares each figure as a list of (label, RunConfig) curves; ``run_figures`` trains every distinct run
+once (several seeds, in ``workers`` processes), writes ``runs.json`` / ``<figure>.csv`` / ``<figure>.png`` and
 ``summary.json`` (the claims of ``claims``, with their numbers) into an output folder; ``replot_figures`` redraws
 the PNGs from those CSVs without training (the drawing itself: :mod:`torchtune_longshort.synthetic.figures`).
 """

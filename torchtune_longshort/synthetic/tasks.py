@@ -1,4 +1,5 @@
-"""Task generators for the paper's synthetic length-generalization experiments (Du et al., ICML 2025, Sec. 3, App. B, G).
+"""Task generators for the paper's synthetic length-generalization experiments (Du et al., ICML 2025, Sec. 3,
+App. B, G).
 
 A sample is a binary sequence ``b_1 .. b_l`` (bits 0/1) wrapped as ``<BOS> b_1 .. b_l <EOS>`` and one real target:
 
@@ -130,7 +131,8 @@ def eval_lengths(l_test: int, per_length: int, l_min: int = 1) -> torch.Tensor:
         raise ValueError(f"per_length={per_length} must be >= 1")
     return torch.arange(l_min, l_test + 1).repeat_interleave(per_length)
 def suffix_batch(bits_row: Sequence[int], suffix_lengths: Sequence[int], task: str) -> Batch:
-    """The last ``m`` bits of one sequence, for each ``m`` in ``suffix_lengths``, as a padded batch (targets recomputed).
+    """The last ``m`` bits of one sequence, for each ``m`` in ``suffix_lengths``, as a padded batch (targets
+    recomputed).
 
     This is the scalar analogue of the paper's Eq. 4 inputs: the same sequence seen through contexts of several lengths.
     """

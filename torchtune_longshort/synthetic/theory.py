@@ -103,7 +103,8 @@ def exact_class_optimum(task: str, l_train: int, l_test: int, query: str = "eos"
     coef, *_ = np.linalg.lstsq(X * sw[:, None], y * sw, rcond=None)
     errs = []
     for l in range(1, l_test + 1):
-        errs.append(sum(p * (np.dot(coef, _features(n / l, last, query)) - _target(task, l, n)) ** 2 for n, last, p in _states(l)))
+        errs.append(sum(p * (np.dot(coef, _features(n / l, last, query)) - _target(task, l, n)) ** 2
+                        for n, last, p in _states(l)))
     return {"coef": coef.tolist(), "test_lengths": list(range(1, l_test + 1)), "error": errs}
 
 

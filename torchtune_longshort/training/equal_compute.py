@@ -25,7 +25,8 @@ def equal_compute_steps(baseline_steps: int, overhead: float) -> int:
         raise ValueError(f"max_steps={baseline_steps!r} must be an int >= 1")
     if not isinstance(overhead, (int, float)) or not math.isfinite(overhead) or overhead < 1:
         raise ValueError(
-            f"equal_compute_overhead={overhead!r} must be a measured step-time ratio >= 1 (e.g. 1.0526 for the paper's 5%)"
+            f"equal_compute_overhead={overhead!r} must be a measured step-time ratio >= 1 (e.g. 1.0526 for the "
+            "paper's 5%)"
         )
     return max(1, math.floor(baseline_steps / overhead + 1e-9))
 

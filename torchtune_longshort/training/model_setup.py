@@ -184,7 +184,8 @@ def load_weights(
         load_local(model, model_sd, resumed, device, where, fix)
 
 
-def resumed_weights(model: nn.Module, trainable: Optional[Dict[str, torch.Tensor]], learned_rope: Dict[str, torch.Tensor]):
+def resumed_weights(model: nn.Module, trainable: Optional[Dict[str, torch.Tensor]],
+                    learned_rope: Dict[str, torch.Tensor]):
     """What a resumed run loads over the start weights: the saved trainable weights (LoRA) and the learned RoPE
     parameters of the resumed step (CLEX)."""
     saved = dict(trainable or {})

@@ -112,7 +112,8 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         named = entries_of_another_kind(out, resume=True)  # the run writes latest there after it trained a step
         if named:
             raise FileExistsError(f"resume=True would write {named[0]} of output_dir="
-                                  f"{str(out)!r}, a folder or link there, not the recipe's file: move it out of it first")
+                                  f"{str(out)!r}, a folder or link there, not the recipe's file: move it out of it "
+                                  "first")
         return
     if out.exists() and any(p.name != LOCK for p in out.iterdir()) and not nothing_written(out):
         if overwrite and (out / REPLACED).is_dir():  # a killed start's: claim_output_dir mends it, then checks

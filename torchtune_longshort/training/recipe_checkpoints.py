@@ -82,8 +82,9 @@ def stage_step(
     recipe_state: Dict[str, Any],
 ) -> None:
     """Write one step into the staging area: the checkpoint folder ``staged`` with the weights (LoRA: merged, the
-    adapted ones in float32) and, for LoRA, its PEFT ``adapter/`` (the adapters and other trainable weights, which a resumed run reads back), and
-    the recipe state beside it (:func:`~torchtune_longshort.training.checkpointing.staged_state_path`)."""
+    adapted ones in float32) and, for LoRA, its PEFT ``adapter/`` (the adapters and other trainable weights, which a
+    resumed run reads back), and the recipe state beside it
+    (:func:`~torchtune_longshort.training.checkpointing.staged_state_path`)."""
     if lora.enabled:
         write_peft_adapter(staged / ADAPTER_DIR, model_sd, hf_config, alpha=lora.alpha, dropout=lora.dropout,
                            trainable=lora.trainable_names, base_model=lora.base_dir,

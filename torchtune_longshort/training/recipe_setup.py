@@ -165,7 +165,8 @@ class RecipeSetup:
         self._barrier()
         self._run_log = RunLog.open(self._metric_logger, self.cfg, self.output_dir, self.global_step, self._device,
                                     seed=self.seed, keep=self._metrics_kept)
-        if self._lock is not None:  # the logger's files, so that overwrite deletes its folder only when it holds no other
+        # the logger's files, so that overwrite deletes its folder only when it holds no other
+        if self._lock is not None:
             self._lock.record_written()
         self._profiler = StepProfiler(self.config.profiler, self.config.trace_dir, self._device,
                                       self.stop_at - self.global_step, lambda msg: utils.log_rank_zero(log, msg),
@@ -229,7 +230,8 @@ class RecipeSetup:
             self._staged_start = read_dir  # step_0 from scratch: committed when the setup has succeeded
         # The base config.json every step_k is written with (its RoPE entries replaced by the model's).
         self._base_hf_config = CheckpointFolder.open(read_dir).config
-        self._forward = set_activation_memory(model, cfg.enable_activation_checkpointing, cfg.enable_activation_offloading)
+        self._forward = set_activation_memory(model, cfg.enable_activation_checkpointing,
+                                              cfg.enable_activation_offloading)
         tile_mlps(model, cfg.tiled_mlp_tokens, lambda msg: utils.log_rank_zero(log, msg))
         self.compiled = compile_decoder(model, cfg.compile, lambda msg: utils.log_rank_zero(log, msg))
         trainable = recipe_state.get("trainable") if (recipe_state and self._lora.enabled) else None
@@ -302,7 +304,8 @@ class RecipeSetup:
         return loss_fn
 
     def _setup_optimizer(self):
-        return config.instantiate(self.config.optimizer.node(), [p for p in self._model.parameters() if p.requires_grad])
+        trainable = [p for p in self._model.parameters() if p.requires_grad]
+        return config.instantiate(self.config.optimizer.node(), trainable)
 
     def _setup_lr_scheduler(self):
         if self.config.lr_scheduler is None:

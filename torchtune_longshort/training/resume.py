@@ -4,8 +4,8 @@ step folder's ``adapter/``) and may change: the saved config against the new one
 Exact resume needs the same model, data, windows and loss; a change there would silently train another run, so it
 is refused. Changes a user means (more steps, another learning rate after a NaN, logging, checkpoint period) are
 applied and logged. Which is which, each field of the typed config declares (``setting(resume=...)``,
-:data:`~torchtune_longshort.config.fields.RESUME_POLICIES`); :data:`RESUME_POLICY` is read from those declarations, so a new
-field cannot be left out.
+:data:`~torchtune_longshort.config.fields.RESUME_POLICIES`); :data:`RESUME_POLICY` is read from those declarations, so a
+new field cannot be left out.
 """
 
 from __future__ import annotations
@@ -269,8 +269,9 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_st
 
 def resume_changes(output_dir: Path, new_config: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
     """What ``resume=True`` with ``new_config`` would apply to ``output_dir``'s newest resumable step, its refusal
-    raised as the run's setup raises it (:func:`compare_resume_config`, :func:`check_tokenizer_unchanged`), read without its tensors (the state file
-    memory-mapped: a large run's optimizer state is not loaded to check a config). None to compare: ``[]``."""
+    raised as the run's setup raises it (:func:`compare_resume_config`, :func:`check_tokenizer_unchanged`), read without
+    its tensors (the state file memory-mapped: a large run's optimizer state is not loaded to check a config). None to
+    compare: ``[]``."""
     steps = StepCheckpoints(output_dir)
     state = steps.newest_state()
     saved = None if state is None else state.get("config")

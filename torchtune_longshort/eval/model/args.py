@@ -72,8 +72,8 @@ NAMES = ArgNames(checkpoint="pretrained", length="max_length", allow="allow_extr
                  scale="rope=<method>,rope_factor=<f> to scale RoPE",
                  refused="requests longer than {usable} tokens will be refused (NaN / empty output)")
 ACCEPTED = ("pretrained (or checkpoint_dir), tokenizer, rope, rope_<param>, max_length, allow_extrapolation, "
-            "batch_size, max_batch_size, dtype, device, truncation, max_gen_toks, add_bos_token, cpu_keep_freed_blocks, "
-            "trust_remote_code")
+            "batch_size, max_batch_size, dtype, device, truncation, max_gen_toks, add_bos_token, "
+            "cpu_keep_freed_blocks, trust_remote_code")
 
 
 def parse_bool(name: str, value: Any) -> bool:

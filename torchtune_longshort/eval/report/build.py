@@ -6,15 +6,16 @@
 ``results_<date>.json`` files, and ``<name>_<date>.json`` ones of an ``--output_path <name>.json``, are found
 recursively; a task that appears in several files is taken from the newest) or one results file (:mod:`.run_files`).
 A folder is one run, i.e. one column: results of different checkpoints or model settings, or of another
-``--limit``, ``--metadata`` or n-shot, under one folder are refused (:mod:`.one_run`), never merged. Runs that scored a task on different numbers of samples
-(every model counts the samples it could not run, NaN with their reason, so a difference means other samples), or
-that differ in the weights' dtype (lm-eval's ``hf`` loads a folder's own ``torch_dtype``, often bf16, where
-``longshort`` runs float32), ``--limit``, n-shot, chat template, a task's version or a setting of the pack's task
-that changes what it measures (``TaskFamily.measured_by``: BABILong's prompt, the data, ...), are refused in one line
-naming the task and each run's value unless ``--allow-mixed`` is given; then the report names them. Writes to ``--out``:
+``--limit``, ``--metadata`` or n-shot, under one folder are refused (:mod:`.one_run`), never merged. Runs that scored a
+task on different numbers of samples (every model counts the samples it could not run, NaN with their reason, so a
+difference means other samples), or that differ in the weights' dtype (lm-eval's ``hf`` loads a folder's own
+``torch_dtype``, often bf16, where ``longshort`` runs float32), ``--limit``, n-shot, chat template, a task's version or
+a setting of the pack's task that changes what it measures (``TaskFamily.measured_by``: BABILong's prompt, the data,
+...), are refused in one line naming the task and each run's value unless ``--allow-mixed`` is given; then the report
+names them. Writes to ``--out``:
 
-- ``report.md``: the runs (model, checkpoint, dtype, device, ``--limit``, samples per task); one table per length-swept task
-  and metric of the pack's registry (rows = runs, columns = lengths: ``longshort_ppl`` perplexity,
+- ``report.md``: the runs (model, checkpoint, dtype, device, ``--limit``, samples per task); one table per length-swept
+  task and metric of the pack's registry (rows = runs, columns = lengths: ``longshort_ppl`` perplexity,
   ``longshort_passkey`` accuracy, ``longshort_misalignment`` SCE / Jeffreys / JS) or, for any other task
   (LongBench-E, BABILong, ...), its metrics; then the reason for each value that is NaN or missing (the results
   file's ``not_scored``);

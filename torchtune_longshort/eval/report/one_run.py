@@ -220,7 +220,8 @@ def check_one_run(run: Path) -> Dict[str, Any]:
             diff = _identity_differences(a, ident)
             what = "checkpoints / model settings"
             if not diff:
-                diff, what = settings_differences(data0, data), "runs (other --limit, --metadata, n-shot or chat template)"
+                diff = settings_differences(data0, data)
+                what = "runs (other --limit, --metadata, n-shot or chat template)"
             if diff:
                 raise ValueError(
                     f"results_dir={str(run)!r} mixes results of different {what}, which would be merged into one "

@@ -192,7 +192,8 @@ def no_curve_note(run: str, ppl: Dict[str, Any], info: Dict[str, Any], folder: P
                                                                    "returns one sum per request)") + "."
     if not per_token:
         shots = info.get("n_shot", {}).get(task) or 0
-        cause = [f"it ran {shots}-shot"] * bool(shots) + ["with a chat template"] * (task in (info.get("chat_template") or ()))
+        cause = [f"it ran {shots}-shot"] * bool(shots) \
+            + ["with a chat template"] * (task in (info.get("chat_template") or ()))
         return head + (f"its samples hold no per-token values: the task leaves them out when the tokens scored "
                        f"are not the sequence's own ({' and '.join(cause) or 'another context before each sequence'}"
                        "; evaluate it 0-shot without a chat template for the curve).")

@@ -50,9 +50,9 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
     trust = isinstance(checkpointer, dict) and checkpointer.get("trust_remote_code") is True
     _refuse_contradicting_trust(node, trust)
     _refuse_overridden_false(node, checkpointer)
-    # a component's own trust_remote_code=true (model., tokenizer.) is its answer for the folder it reads (README: inside
-    # a reader, as component_code reads it): the paths that folder names are taken as the config's own, by every read
-    # of it in this check (the checkpointer's of the same start folder too: the component would import them anyway)
+    # a component's own trust_remote_code=true (model., tokenizer.) is its answer for the folder it reads (README:
+    # inside a reader, as component_code reads it): the paths that folder names are taken as the config's own, by every
+    # read of it in this check (the checkpointer's of the same start folder too: the component would import them anyway)
     with checkpoint_code(trust, RECIPE_FIX, own=[*_strings(node), *_trusted_by_components(node)]):
         return _checked(cfg, node, as_here, world_size, local)
 

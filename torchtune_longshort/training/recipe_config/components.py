@@ -1,5 +1,6 @@
 """The ``_component_`` nodes the recipe builds, each checked before it is built where its arguments can be:
-arguments bound against the component's signature (in :func:`~torchtune_longshort.config.fields.build_section`), and per role:
+arguments bound against the component's signature (in :func:`~torchtune_longshort.config.fields.build_section`), and per
+role:
 
 * ``tokenizer``: its ``path`` exists, or (a tokenizer that trains one there) can be created;
 * ``model``: every nested node bound too, every RoPE method name known (``rope_scaled``'s ``method``), each
@@ -126,8 +127,8 @@ class ModelConfig(ComponentSection):
                 # `model.model=<path>` (torchtune's shortcut is for top-level nodes) made the node a string: refused by
                 # rope_scaled once the run had started, naming no config key
                 raise ValueError(f"{path}.model={inner!r} is not accepted: rope_scaled wraps a model node (a mapping "
-                                 f"with _component_, e.g. torchtune_longshort.models.hf_decoder); to change its builder "
-                                 f"set {path}.model._component_")
+                                 f"with _component_, e.g. torchtune_longshort.models.hf_decoder); to change its "
+                                 f"builder set {path}.model._component_")
             if node["_component_"] == HF_DECODER:
                 check_decoder_source(node, path)
                 check_lora_settings(node, path)

@@ -28,7 +28,8 @@ from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, 
 from torchtune_longshort.config.values import boolean, integer, length, resolve_component
 
 SKIP_BAD_RECORDS = "skip_bad_records"
-STDLIB_CHOICES = ("include_tests", "split", "limit", "min_bytes")  # corpus.stdlib's arguments check_stdlib_arguments takes
+# corpus.stdlib's arguments check_stdlib_arguments takes
+STDLIB_CHOICES = ("include_tests", "split", "limit", "min_bytes")
 
 
 def _not_packed(path: str, value: Any) -> bool:

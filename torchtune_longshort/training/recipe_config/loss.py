@@ -26,13 +26,15 @@ class LossConfig(ComponentSection):
     # resumed run may need more chunks on another GPU); the rest of the loss is what the run trains
     RESUME_APPLIED: ClassVar[Tuple[str, ...]] = ("num_chunks",)
 
-    alpha: float = setting(FROM_COMPONENT, doc="weight of the misalignment term (0: the CE baseline on the same tokens)",
+    alpha: float = setting(FROM_COMPONENT,
+                           doc="weight of the misalignment term (0: the CE baseline on the same tokens)",
                            check=wrapped(validate_alpha, converts=True))
     divergence: str = setting(FROM_COMPONENT, doc="sce (paper Eq. 3), jeffreys or js, or a function's dotted path",
                               check=wrapped(divergence_fn))
     min_context: Any = setting(FROM_COMPONENT, doc="floor of the compared contexts: listing, inclusive, none or an int",
                                check=wrapped(validate_min_context), nullable=True)
-    num_chunks: int = setting(FROM_COMPONENT, doc="chunks over the L + e shared positions", check=wrapped(validate_num_chunks))
+    num_chunks: int = setting(FROM_COMPONENT, doc="chunks over the L + e shared positions",
+                              check=wrapped(validate_num_chunks))
 
     def check(self, where: str) -> None:
         cls = resolve_component(f"{where}._component_", self.component)

@@ -4,9 +4,9 @@ modules).
 Built once by :func:`~torchtune_longshort.training.recipe_config.load_recipe_config` from the OmegaConf node, before
 any side effect; the recipe reads its fields and never ``cfg.get(key, default)``.
 
-``resume=`` (:data:`~torchtune_longshort.config.fields.RESUME_POLICIES`): what the run trains (model, data, windows, loss, batch, seeds, dtype,
-the LR schedule's shape, which parameters train) is ``exact``; how long, how fast and what it logs is ``applied``;
-the folder and how the run was started are ``ignored``.
+``resume=`` (:data:`~torchtune_longshort.config.fields.RESUME_POLICIES`): what the run trains (model, data, windows,
+loss, batch, seeds, dtype, the LR schedule's shape, which parameters train) is ``exact``; how long, how fast and what it
+logs is ``applied``; the folder and how the run was started are ``ignored``.
 """
 
 from __future__ import annotations

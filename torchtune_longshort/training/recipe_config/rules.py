@@ -46,8 +46,8 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     alpha = config.loss.alpha
     if config.windows.window_bos and alpha != 0:
         raise ValueError(f"window_bos=True with loss.alpha={alpha}: BOS written over each window's first token makes "
-                         "windows A and B differ in context, which the alignment loss must not see; use it to pre-train "
-                         "(alpha 0) only")
+                         "windows A and B differ in context, which the alignment loss must not see; use it to "
+                         "pre-train (alpha 0) only")
     if world_size > 1 and ":" in config.device:  # torchtune's get_device gives each process cuda:<LOCAL_RANK>
         raise ValueError(f"device={config.device!r} with {world_size} processes: under torchrun each process takes "
                          "the GPU of its LOCAL_RANK, and an index is refused (torchtune's get_device); set "
@@ -194,9 +194,9 @@ def _check_alignment_reach(config: RecipeConfig) -> None:
     where = (f"e_range={list(config.windows.e_range)} (shifts {lo}..{hi} at seq_len={L}) with "
              f"loss.min_context={config.loss.min_context!r}")
     if len(empty) == hi - lo + 1:
-        raise ValueError(f"{where}: no shift leaves a position to compare, so the alignment term is 0 at every step and "
-                         f"loss.alpha={config.loss.alpha} does nothing; lower e_range, or set loss.min_context=none "
-                         "(the whole overlap), or loss.alpha=0")
+        raise ValueError(f"{where}: no shift leaves a position to compare, so the alignment term is 0 at every step "
+                         f"and loss.alpha={config.loss.alpha} does nothing; lower e_range, or set "
+                         "loss.min_context=none (the whole overlap), or loss.alpha=0")
     below_l = [e for e in empty if L // 2 < e < L]  # e = L/2 compares nothing under the listing floor by design
     if below_l:
         logger.warning("%s: %d of the %d shifts (%d..%d) leave no position to compare (%d with e = L/2 and e = L, "

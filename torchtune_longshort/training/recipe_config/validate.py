@@ -154,7 +154,8 @@ def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] 
     ``applied`` each change a ``resume=True`` applies to the run's saved config (one it refuses is raised)."""
     from omegaconf import OmegaConf
 
-    node = merge_overrides(read_config_file(resolve_config(config, Path.cwd(), "config", example=MAIN_CONFIG)), overrides)
+    node = merge_overrides(read_config_file(resolve_config(config, Path.cwd(), "config", example=MAIN_CONFIG)),
+                           overrides)
     checked = load_recipe_config(node, world_size)
     plain = OmegaConf.to_container(node, resolve=True)
     # a resume's config against the one its run saved, as tune run compares them (it said OK to a seq_len change)

@@ -99,7 +99,8 @@ def process_results(doc: Mapping[str, Any], results: List[str]) -> Dict[str, flo
     if qa not in TASK_LABELS:
         raise ValueError(f"a BABILong row has qa={qa!r}; accepted: {list(QA_TASKS)} (load it with load_babilong)")
     refusal = refusal_of(results[0])
-    ok = float("nan") if refusal else float(compare_answers(doc["target"], results[0], doc["question"], TASK_LABELS[qa]))
+    ok = float("nan") if refusal else float(compare_answers(doc["target"], results[0], doc["question"],
+                                                            TASK_LABELS[qa]))
     names = [f"acc_{doc['length']}"] + ([] if refusal else ["acc"])
     depth = doc.get("depth")
     out = {n: ok for n in names}
@@ -115,7 +116,8 @@ def parse_lengths(max_seq_lengths: Union[str, Sequence[str]]) -> List[str]:
     bad = [i for i in items if i not in LENGTHS]
     if not items or bad:
         raise ValueError(
-            f"max_seq_lengths={max_seq_lengths!r}: {bad or 'empty'} not accepted; accepted: comma list of {list(LENGTHS)}"
+            f"max_seq_lengths={max_seq_lengths!r}: {bad or 'empty'} not accepted; accepted: comma list of "
+            f"{list(LENGTHS)}"
         )
     return items
 

@@ -3,10 +3,10 @@ this module).
 
     M = E_x E_{l1, l2 ~ U[L/2, L]} D( p(. | x[-l1:]), p(. | x[-l2:]) ),   D in {SCE (Eq. 3), Jeffreys, JS}
 
-The task ``longshort_misalignment`` runs at each length ``L`` of its ``max_seq_lengths`` metadata (``mis_max_seq_lengths``
-when set) and reports ``sce_<L>``, ``jeffreys_<L>`` and ``js_<L>``. Each sample is ``L`` tokens of text with one
-``(l1, l2)`` draw (inclusive range ``[L/2, L]``, seeded; ``mis_min_frac`` / ``mis_max_frac``: another range, as
-fractions of L, :mod:`~torchtune_longshort.eval.tasks.common.suffix_range`). The score
+The task ``longshort_misalignment`` runs at each length ``L`` of its ``max_seq_lengths`` metadata
+(``mis_max_seq_lengths`` when set) and reports ``sce_<L>``, ``jeffreys_<L>`` and ``js_<L>``. Each sample is ``L`` tokens
+of text with one ``(l1, l2)`` draw (inclusive range ``[L/2, L]``, seeded; ``mis_min_frac`` / ``mis_max_frac``: another
+range, as fractions of L, :mod:`~torchtune_longshort.eval.tasks.common.suffix_range`). The score
 needs full next-token distributions, which no lm-eval request type returns, so the task sends requests of its own
 type ``next_token_divergence``; the ``longshort`` model answers them with
 ``torchtune_longshort.metrics.suffix_misalignment`` (the same code as the ``longshort-misalignment`` CLI).
@@ -37,7 +37,9 @@ from torchtune_longshort.eval.tasks.common.pack_task import PackTask, sweep_data
 from torchtune_longshort.eval.tasks.common.long_text import samples_from_metadata
 from torchtune_longshort.eval.tasks.common.token_sequences import FixedLengthSample, TaskTokenizer
 from torchtune_longshort.eval.tasks.common.suffix_range import suffix_range
-from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, nan_results, needs_longshort, reason_of, refusal_of
+from torchtune_longshort.eval.tasks.common.unavailable import (
+    TaskDataError, nan_results, needs_longshort, reason_of, refusal_of,
+)
 from torchtune_longshort.loss.divergences import DIVERGENCES
 from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES
 
@@ -109,8 +111,8 @@ class MisalignmentTask(PackTask):
             def refuse(length: int) -> List[Dict[str, Any]]:
                 raise TaskDataError(reason)
 
-            self.dataset = sweep_dataset(self.config.task or FAMILY.task, lengths_from_metadata(metadata, METADATA_PREFIX),
-                                         refuse, _placeholder_row)
+            self.dataset = sweep_dataset(self.config.task or FAMILY.task,
+                                         lengths_from_metadata(metadata, METADATA_PREFIX), refuse, _placeholder_row)
             return
         super().download(dataset_kwargs, **kwargs)
         self.OUTPUT_TYPE = REQUEST_TYPE

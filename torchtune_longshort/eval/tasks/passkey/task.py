@@ -13,8 +13,8 @@ and the same for ``digits`` (the fraction of the key's digits in place: graded r
 
 Task metadata (YAML defaults, ``--metadata`` overrides): ``passkey_depths`` (default [0, 25, 50, 75, 100]),
 ``passkey_num_samples`` (per depth, default 5), ``passkey_haystack`` (filler | stdlib | stdlib_tests | stdlib_heldout
-| local | pg19: ``PASSKEY_HAYSTACKS``), ``passkey_haystack_files`` (for local), ``passkey_data_files`` (JSONL of prompts already made by
-:func:`write_passkey_jsonl`: then nothing is generated), ``passkey_seed``.
+| local | pg19: ``PASSKEY_HAYSTACKS``), ``passkey_haystack_files`` (for local), ``passkey_data_files`` (JSONL of prompts
+already made by :func:`write_passkey_jsonl`: then nothing is generated), ``passkey_seed``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from torchtune_longshort.eval.tasks.common.pack_task import sweep_dataset
 from torchtune_longshort.eval.tasks.common.long_text import iter_texts
 from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer, tokenizer_from_metadata
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
-from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, check_fits_model, nan_results, reason_of, refusal_of
+from torchtune_longshort.eval.tasks.common.unavailable import (
+    TaskDataError, check_fits_model, nan_results, reason_of, refusal_of,
+)
 
 logger = logging.getLogger(__name__)
 FAMILY = TASK_FAMILIES["passkey"]
@@ -303,7 +305,8 @@ _NUMBER = re.compile(r"\d+")
 
 def digit_accuracy(generated: str, key: str) -> float:
     """Graded retrieval: the fraction of the key's digits that the first number of ``generated`` has at the same
-    place (``71155`` for ``71957``: 3 of 5). 0 without a number; a guess of random digits scores :data:`DIGITS_CHANCE` on average."""
+    place (``71155`` for ``71957``: 3 of 5). 0 without a number; a guess of random digits scores :data:`DIGITS_CHANCE`
+    on average."""
     m = _NUMBER.search(generated or "")
     if m is None:
         return 0.0

@@ -110,7 +110,8 @@ def process_results(doc: Dict[str, Any], results: Sequence[Any]) -> Dict[str, An
     out: Dict[str, Any] = {ppl: (-logprob, n), nll: (-logprob, n)}
     token_lp = getattr(res, "token_logprobs", None)
     if token_lp is not None and len(token_lp) != n:  # another sequence was scored: its sum is not this sample's
-        reason = (f"{running_task(FAMILY.task)} at length {length}: the model scored {len(token_lp)} tokens for a sample of {n} "
+        reason = (f"{running_task(FAMILY.task)} at length {length}: the model scored {len(token_lp)} tokens for a "
+                  f"sample of {n} "
                   "(a request not built from this sample, e.g. replayed from a cache of another run)")
         return nan_results(reason, {ppl: (float("nan"), 1), nll: (float("nan"), 1)})
     if token_lp is not None:
