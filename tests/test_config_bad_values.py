@@ -138,7 +138,8 @@ FAMILIES = {
         # the same from random weights, against model.family: passed without a word (an audit)
         ({"checkpoint_dir": None, "model": SCRATCH, "checkpointer.model_type": "FOO"}, "checkpointer.model_type",
          r"does not convert a 'llama'.*leave it out: model.family decides"),
-        # torchtune's checkpointer.output_dir, set elsewhere: ignored without a word (every checkpoint went to output_dir)
+        # torchtune's checkpointer.output_dir, set elsewhere: ignored without a word (every checkpoint went to
+        # output_dir)
         ({"checkpointer.output_dir": "/nonexistent/ckpts"}, "checkpointer.output_dir", r"is not output_dir=.*step_<k>"),
         # torchtune's checkpointer arguments the recipe never reads: trained from the folder's own shards,
         # without a word

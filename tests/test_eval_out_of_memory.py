@@ -1,6 +1,6 @@
 """Out of memory in an evaluation never sinks the run: a request that does not fit the device is scored NaN with the
-reason, and the requests of its batch that fit are scored as without the limit (run again one at a time) (``loglikelihood``,
-``generate_until``, ``next_token_divergence``).
+reason, and the requests of its batch that fit are scored as without the limit (run again one at a time)
+(``loglikelihood``, ``generate_until``, ``next_token_divergence``).
 
 A real allocator failure: a fresh process (its heap holds no freed blocks a request could reuse) loads a random
 checkpoint of dim 1024, caps its own address space at what it maps + 16 MiB, and asks each request type for a short

@@ -132,7 +132,8 @@ HUB_SMOLLM2 = {"type": "Sequence", "pretokenizers": [
     {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}
 
 
-# llama.cpp's llama-vocab.cpp: one case of regex_exprs {\p{N}, GPT-2's} for these pre-types, GPT-2's alone for the others
+# llama.cpp's llama-vocab.cpp: one case of regex_exprs {\p{N}, GPT-2's} for these pre-types, GPT-2's alone for the
+# others
 @pytest.mark.parametrize("pre", ["smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"])
 def test_a_smollm_gguf_converts_to_a_tokenizer_that_splits_each_digit_as_the_hub_one(tmp_path, pre, capsys):
     # transformers ignores tokenizer.ggml.pre "smollm": the converted tokenizer.json had ByteLevel alone, and

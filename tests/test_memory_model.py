@@ -1,5 +1,6 @@
-"""benchmarks/memory_model.py (and memory_steps.py): the fit against closed forms on synthetic points, the longest-window search against
-its closed-form root, and the CPU offloading stand-in against the bytes a checkpointed layer saves."""
+"""benchmarks/memory_model.py (and memory_steps.py): the fit against closed forms on synthetic points, the
+longest-window search against its closed-form root, and the CPU offloading stand-in against the bytes a checkpointed
+layer saves."""
 
 from __future__ import annotations
 

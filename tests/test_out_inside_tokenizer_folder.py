@@ -1,9 +1,9 @@
-"""A run's or a study's output folder inside the folder of a ``tokenizer.path`` file (``tokenizer.path=sp/tokenizer.model
-output_dir=sp/run``, a SentencePiece model beside its ``tokenizer_config.json``): the recipe took it and wrote its
-run among the tokenizer's files, and the study wrote its folder there and reported every run failed (the BABILong
-generator, reading that file as its folder, refused its data). Such a file stands for its folder
-(config/inside_input.tokenizer_input) and both are refused before anything is written. The references: transformers'
-AutoTokenizer loading that folder whole, and the folders' listing before and after."""
+"""A run's or a study's output folder inside the folder of a ``tokenizer.path`` file
+(``tokenizer.path=sp/tokenizer.model output_dir=sp/run``, a SentencePiece model beside its ``tokenizer_config.json``):
+the recipe took it and wrote its run among the tokenizer's files, and the study wrote its folder there and reported
+every run failed (the BABILong generator, reading that file as its folder, refused its data). Such a file stands for its
+folder (config/inside_input.tokenizer_input) and both are refused before anything is written. The references:
+transformers' AutoTokenizer loading that folder whole, and the folders' listing before and after."""
 
 from __future__ import annotations
 

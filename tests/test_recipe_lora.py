@@ -97,7 +97,8 @@ def test_qlora_loss_goes_down_and_resumes_exactly(tmp_path, sp_tokenizer_dir):
 
 
 def _ppl_pair(step: Path, tmp: Path):
-    """longshort_ppl at 128 tokens of a checkpoint with our model and with lm-eval's hf model (the independent reader)."""
+    """longshort_ppl at 128 tokens of a checkpoint with our model and with lm-eval's hf model (the independent
+    reader)."""
     from torchtune_longshort.eval.cli_run import run_cli
 
     meta = '{"ppl_source": "stdlib", "ppl_num_samples": 2, "max_seq_lengths": [128]}'

@@ -3,7 +3,8 @@ score) with the reason in the results file while the other tasks' results are st
 before anything runs. One test per case; the end-to-end ones share three lm-eval runs (module fixtures).
 
 Cases:
-- hub data offline: ``longshort_ppl`` (default source pg19), ``longshort_babilong``, ``longshort_longbench_e`` -> reason;
+- hub data offline: ``longshort_ppl`` (default source pg19), ``longshort_babilong``, ``longshort_longbench_e`` ->
+  reason;
 - ``longbench_e`` with ``max_gen_toks`` >= the model's length -> NaN with the reason for those tasks only;
 - a passkey prompt longer than the model -> refused (NaN with the reason), never truncated; a task that
   declares middle truncation (LongBench-E) is cut, as its protocol says;

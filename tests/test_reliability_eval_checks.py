@@ -1,6 +1,7 @@
 """Nothing silent (evaluation side), without an lm-eval run: a length past the config's positions names hf's
 max_length, the model check reads the wrapper's metadata, the misalignment CLI refuses a length past the positions and
-extrapolates only when asked, a corrupted weight file is named by the eval model. Split from test_reliability_eval.py."""
+extrapolates only when asked, a corrupted weight file is named by the eval model. Split from
+test_reliability_eval.py."""
 
 from __future__ import annotations
 

@@ -201,7 +201,7 @@ def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokeni
         recipe_cls(cfg).setup()
 
 
-# ---------------------------------------------------------------- data read before step 1 (records: test_data_records.py)
+# ------------------------------------------------------- data read before step 1 (records: test_data_records.py)
 def test_corpus_shorter_than_one_sample_is_refused_before_step_1(recipe_cls, tmp_path, tiny_llama2_dir,
                                                                  sp_tokenizer_dir):
     small = tmp_path / "small.txt"

@@ -3,7 +3,8 @@
 
 References: each claim decided in the test by the words of its CLAIM_STATEMENTS entry, written out naively on curves
 built to sit between a mutant's reading and the statement's; Theorem 3.1's fit on an exact (l - (l_train+1)/2)^2
-(exponent 2, r^2 1), and the sum task's two constants (l+1)/(4l) and (l+1)/(2l) written out from theory.py's docstring."""
+(exponent 2, r^2 1), and the sum task's two constants (l+1)/(4l) and (l+1)/(2l) written out from theory.py's
+docstring."""
 
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ from typing import Dict
 
 
 def write_user_module(root: Path, files: Dict[str, str], monkeypatch) -> Path:
-    """``files`` (path under ``root`` -> text) written, ``root`` first on ``sys.path`` for the test; returns ``root``."""
+    """``files`` (path under ``root`` -> text) written, ``root`` first on ``sys.path`` for the test; returns
+    ``root``."""
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)

@@ -1,6 +1,6 @@
 """The tests' zygote: one per pytest worker, it imports torch, torchtune, transformers and lm-eval (not this
-package) once, then runs each Python command line a test starts (``tests/warm/sitecustomize.py`` hands it over) in a process
-forked from that warm interpreter: the same argv, working folder, environment and stdin/stdout/stderr, the same
+package) once, then runs each Python command line a test starts (``tests/warm/sitecustomize.py`` hands it over) in a
+process forked from that warm interpreter: the same argv, working folder, environment and stdin/stdout/stderr, the same
 entry point run as ``__main__``; only the interpreter's start-up and those imports are shared. A fresh interpreter
 spent ~8 of a tiny ``tune run``'s 12 CPU-s importing torchtune (torchao imports torch._dynamo and torch._inductor).
 
