@@ -124,3 +124,41 @@ def test_a_plain_peft_adapter_on_a_lora_step_it_was_not_trained_on_is_refused(tm
                          LoraConfig(r=4, lora_alpha=8, target_modules=MODULES, init_lora_weights=False))
     on3.save_pretrained(str(tmp_path / "on3"))
     _check(step3, tmp_path / "on3")
+
+
+def test_the_way_on_for_a_run_that_changed_the_rope_is_a_base_the_check_accepts(tmp_path):
+    """A YaRN LoRA run (SmolLM2, realwalk2): ``pretrained=run/step_2,peft=run/step_3/adapter`` was refused with the
+    way on ``put the adapters on their base (pretrained=<start>,peft=...)``, which the next run refused in turn (the
+    start loads with its own RoPE, not the run's). The way on now names a folder of the base's weights and the step's
+    config.json; built so, the check accepts it, and PEFT on it gives the merged step's logits (the reference)."""
+    import shutil
+
+    from peft import PeftModel
+
+    base, step2, step3 = _base_and_two_steps(tmp_path)
+    for step in (step2, step3):  # the run's RoPE: YaRN x2 over the base's 64 positions, in the steps' config.json
+        config = json.loads((step / "config.json").read_text())
+        config["max_position_embeddings"] = 128
+        config["rope_parameters"] = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64,
+                                     "rope_theta": config.get("rope_parameters", {}).get("rope_theta", 10000.0)}
+        (step / "config.json").write_text(json.dumps(config))
+    adapter = step3 / "adapter"
+    (adapter / "longshort_adapter.json").write_text(json.dumps({"rank": 4, "base_quantization": None}))
+    with pytest.raises(ValueError, match="another model"):
+        _check(base, adapter)  # the start as it is: refused for its RoPE
+    with pytest.raises(ValueError) as e:
+        _check(step2, adapter)
+    line = str(e.value)
+    assert "\n" not in line and f"pretrained={base},peft=" not in line
+    assert f"pretrained=<a folder holding the weights of {base} and {step3 / 'config.json'}>,peft={adapter}" in line
+
+    told = tmp_path / "told"  # the folder the line describes
+    told.mkdir()
+    for f in base.iterdir():
+        if f.name != "config.json":
+            shutil.copy(f, told / f.name)
+    shutil.copy(step3 / "config.json", told / "config.json")
+    _check(told, adapter)
+    merged = _logits(LlamaForCausalLM.from_pretrained(str(step3)))
+    on_told = _logits(PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(str(told)), str(adapter)))
+    assert torch.allclose(on_told, merged, atol=1e-4)

@@ -130,7 +130,21 @@ def refuse_other_lora_step(base: Path, adapter: Path, where: str, pretrained: st
     raise ValueError(f"{where} with pretrained={pretrained}: that folder is a step of a LoRA run, its weights hold "
                      f"its own adapters ({own}) merged already, and these adapters were trained on "
                      f"{recorded_base_said(str(recorded), found)}, so both would be applied; {alone}put the adapters "
-                     f"on their base (pretrained={recorded_base_arg(str(recorded), found)},peft={adapter})")
+                     f"on their base ({_base_way(str(recorded), found, adapter)})")
+
+
+def _base_way(recorded: str, found: Optional[Path], adapter: Path) -> str:
+    """The ``pretrained=...,peft=...`` that puts a recipe's adapters on their recorded base: the base folder itself,
+    or, where the run changed the RoPE (the base's ``config.json`` and the step's name another, which
+    :func:`check_peft_args` refuses), a folder holding the base's weights and the step's ``config.json``."""
+    arg = recorded_base_arg(recorded, found)
+    step_config = adapter.parent / CONFIG_FILE
+    ours = _rope(step_config) if _json(adapter / LAYOUT_FILE) is not None else None
+    theirs = _rope((found or Path(recorded).expanduser()) / CONFIG_FILE)
+    if ours is None or theirs is None or ours == theirs:
+        return f"pretrained={arg},peft={adapter}"
+    return (f"pretrained=<a folder holding the weights of {arg} and {step_config}>,peft={adapter}: {arg} as it is "
+            f"loads with RoPE {_said(theirs)}, the run trained with {_said(ours)}")
 
 
 def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] = None,
