@@ -20,7 +20,8 @@ meant, or fail after lm-eval's start-up log, refused before it starts (:func:`ch
   applied. Another adapter folder (not the recipe's) is otherwise PEFT's to check, but for adapters whose shapes do
   not fit ``pretrained=``'s weights, any adapter's (:mod:`torchtune_longshort.eval.peft_fit`).
 
-- ``pretrained=`` a path that is no folder here (:func:`refuse_missing_folder`): transformers took it for a hub name.
+- ``pretrained=`` a path that is no folder here (:func:`refuse_missing_folder`): transformers took it for a hub name;
+  a folder whose weight file is cut short (:func:`refuse_torn_weights`): a safetensors traceback, exit 1.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from torchtune_longshort.eval.peft_fit import (hub_named, is_recorded_base, reco
 from torchtune_longshort.eval.stale_tokenizer_json import warn_stale_tokenizer_json
 from torchtune_longshort.eval.tasks.common.missing_tokenizer import hub_offline_variable, missing_tokenizer_line
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
-from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE
+from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE, readable_weights
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, adapter_folder_hint
 from torchtune_longshort.rope.checkpoint_code import UntrustedCheckpointCode
@@ -155,10 +156,12 @@ def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] =
     'repo_name' or 'namespace/repo_name'"). A hub name (``nothere/step_2``, a run's folder too) that is no folder
     here is refused likewise when the hub is offline and the Hugging Face cache holds no copy of it at ``revision``
     (transformers failed after its retries, an 80-line traceback); online, the hub is asked as before."""
+    folder = Path(pretrained).expanduser()
     if hub_named(pretrained):
         refuse_uncached_offline(pretrained, model, revision, subfolder)
+        if folder.is_dir():  # a folder here (step_2, runs/step_2) is what transformers reads, hub-shaped or not
+            refuse_torn_weights(folder / (subfolder or ""))
         return
-    folder = Path(pretrained).expanduser()
     if not folder.is_dir():
         state = "is a file" if folder.exists() else "does not exist" if folder.is_absolute() else \
             f"does not exist in {str(Path.cwd())!r}, the folder this command runs in"
@@ -166,6 +169,17 @@ def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] =
                                 "folder (config.json + weights) or a hub name")
     if adapter_folder_hint(folder):  # transformers: "Unrecognized model ... should have a model_type key"
         raise FileNotFoundError(f"--model_args pretrained={pretrained}: {adapter_folder_hint(folder, peft_route=True)}")
+    refuse_torn_weights(folder / (subfolder or ""))
+
+
+def refuse_torn_weights(folder: Path) -> None:
+    """The safetensors files transformers reads from ``folder`` (its index's shards, else ``model.safetensors``),
+    each header read: one cut short (a copy or a full disk) was a safetensors traceback once lm-eval had started."""
+    try:
+        names = set(json.loads((folder / INDEX_FILE).read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        names = {"model.safetensors"}  # no index, or one transformers names the fault of
+    readable_weights([folder / n for n in sorted(n for n in names if isinstance(n, str)) if (folder / n).is_file()])
 
 
 def refuse_uncached_offline(name: str, model: str, revision: Optional[str] = None,

@@ -96,7 +96,7 @@ def _weight_files(d: Path) -> List[Path]:
         missing = [n for n in names if not (d / n).is_file()]
         if missing:
             raise FileNotFoundError(f"checkpoint {str(d)!r}: {index.name} names shard(s) {missing} that are missing")
-        return _readable([d / n for n in names])
+        return readable_weights([d / n for n in names])
     sharded = sorted(d.glob("model-*-of-*.safetensors"))
     if sharded:
         raise FileNotFoundError(
@@ -109,12 +109,12 @@ def _weight_files(d: Path) -> List[Path]:
     # file let another one (an older copy, an adapter) overwrite the weights that hf evaluates
     own = [f for f in files if f.name in ("model.safetensors", "pytorch_model.bin")]
     if own:
-        return _readable(own[:1])
+        return readable_weights(own[:1])
     if len(files) > 1:
         raise ValueError(f"checkpoint {str(d)!r} holds {len(files)} weight files ({', '.join(f.name for f in files)}) "
                          f"and no {INDEX_FILE} saying which key lives where: keep the model's own file (as "
                          "model.safetensors) and move the others out")
-    return _readable(files)
+    return readable_weights(files)
 
 
 def _fingerprint(d: Path, weight_files) -> str:
@@ -138,7 +138,7 @@ def folder_fingerprint(path: PathLike) -> Optional[str]:
         return None
 
 
-def _readable(files: List[Path]) -> List[Path]:
+def readable_weights(files: List[Path]) -> List[Path]:
     """``files``, each safetensors header read (a torn or foreign file is refused when the folder is opened, naming
     it: before, only the weights' load said so, after lm-eval had started or the recipe had begun its setup)."""
     from safetensors import safe_open
