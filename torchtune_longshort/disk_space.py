@@ -136,13 +136,33 @@ def reason(error: BaseException) -> str:
     return " ".join(str(e if e is not None else error).split())[:200]
 
 
+NO_ROOM = ("no space left on the disk", "free space there, or write to a disk with room")
+
+
+def no_room(error: BaseException) -> Tuple[str, str]:
+    """What an out-of-space ``error`` ran into and its fix: :data:`NO_ROOM` for a full disk; past ``ulimit -f``
+    (``EFBIG``) or a quota (``EDQUOT``), where the disk may have room to spare, those instead."""
+    import resource
+
+    codes = {c.errno for c in chain(error) if isinstance(c, OSError)}
+    text = " ".join(str(c).lower() for c in chain(error))
+    if errno.EFBIG in codes or "file too large" in text or "os error 27" in text:
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        said = f"ulimit -f: {size_text(limit)}" if limit != resource.RLIM_INFINITY else "the file system's own limit"
+        return (f"a file grew past the largest this process may write ({said})",
+                "raise that limit (ulimit -f unlimited) or write to a file system that takes larger files")
+    if errno.EDQUOT in codes or "disk quota exceeded" in text or "os error 122" in text:
+        return "the disk quota is exceeded", "free space within your quota (quota -s), or write to a disk with room"
+    return NO_ROOM
+
+
 def out_of_space_line(error: BaseException) -> str:
     """One line for an out-of-space ``error``: the file it was writing (when it names one) and its disk's room."""
     target = written_file(error)
     have = room_text(target) if target else ""
     place = f" writing {target}" + (f" ({have})" if have else "") if target else ""
-    return (f"no space left on the disk{place}: {reason(error)}; free space there, or write to a disk with room, and "
-            "run again")
+    head, fix = no_room(error)
+    return f"{head}{place}: {reason(error)}; {fix}, and run again"
 
 
 def check_room(path: PathLike, nbytes: int, what: str, fix: str) -> None:

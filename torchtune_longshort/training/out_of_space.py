@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torchtune.config import instantiate
 
-from torchtune_longshort.disk_space import check_room, reason, room, room_text, size_text
+from torchtune_longshort.disk_space import NO_ROOM, check_room, no_room, reason, room, room_text, size_text
 from torchtune_longshort.models.peft_adapter import is_adapter_key, lora_modules
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path, saves_at
@@ -188,9 +188,11 @@ def stop_message(writing: str, step: int, ckpts: StepCheckpoints, per_checkpoint
     older = [p for k in ckpts.steps() if (p := ckpts.path(k)) != latest and k > 0]
     held = (f" (the {len(older)} step folder(s) besides {latest.name} hold {size_text(sum(map(folder_bytes, older)))})"
             if older and latest is not None else "")
-    stands = (f"the last complete checkpoint {latest} stands: make room{held}, then continue with resume=True"
+    head, fix = no_room(error)
+    make = f"make room{held}" if (head, fix) == NO_ROOM else fix
+    stands = (f"the last complete checkpoint {latest} stands: {make}, then continue with resume=True"
               if latest is not None else
-              "no checkpoint of this run can be resumed: make room, then start again with overwrite_output_dir=True")
+              f"no checkpoint of this run can be resumed: {make}, then start again with overwrite_output_dir=True")
     have = room_text(ckpts.root)
-    return (f"no space left on the disk writing {writing} after step {step} ({have}{size}): {reason(error)}; {stands}; "
-            "or set output_dir to a disk with room")
+    other = "; or set output_dir to a disk with room" if (head, fix) == NO_ROOM else ""
+    return f"{head} writing {writing} after step {step} ({have}{size}): {reason(error)}; {stands}{other}"
