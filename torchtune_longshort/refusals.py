@@ -37,6 +37,7 @@ from typing import Callable, Iterator, NoReturn, Optional, TypeVar
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.output_guard import stops_held
+from torchtune_longshort.started_as import starting_command
 
 TRACEBACK_ENV = "LONGSHORT_TRACEBACK"
 EXIT_REFUSED = 2
@@ -200,19 +201,21 @@ def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
 @contextlib.contextmanager
 def stopped_while_importing(module: str, prog: Optional[str] = None) -> Iterator[None]:
     """The block, a command's imports (torch, torchtune: seconds), stopped by Ctrl-C ends the command as
-    :func:`stopped` does (one line naming ``prog``: nothing was written yet; exit 130), or quietly with exit 130 when
-    ``prog`` is None (a torchrun worker: its launcher says it was stopped), instead of a KeyboardInterrupt traceback
-    and exit -2. Only where this process runs the module as a command: ``module`` (its ``__name__``) is
-    ``"__main__"``, or Python still imports the packages above a ``python -m`` module (``sys.argv[0]`` is ``"-m"``
-    then); an import by other code keeps the interrupt."""
+    :func:`stopped` does (one line naming the command: nothing was written yet; exit 130), or quietly with exit 130
+    when ``prog`` is None and ``module`` runs as ``__main__`` (a torchrun worker: its launcher says it was stopped),
+    instead of a KeyboardInterrupt traceback and exit -2. Only where this process runs a command: ``module`` (its
+    ``__name__``) is ``"__main__"`` (``prog`` named), or the process is still starting as ``python -m <module>`` or
+    as one of the project's console scripts (:func:`~torchtune_longshort.started_as.starting_command`, named as typed,
+    whichever package's imports it stopped); an import by other code keeps the interrupt."""
     try:
         yield
     except KeyboardInterrupt as e:
-        if module != "__main__" and sys.argv[:1] != ["-m"]:
+        command = prog if module == "__main__" else starting_command()
+        if module != "__main__" and command is None:
             raise
-        if prog is None:
+        if command is None:
             sys.exit(128 + signal.SIGINT)
-        stopped(prog, getattr(e, "signum", signal.SIGINT), "stopped while it started (its imports), before "
+        stopped(command, getattr(e, "signum", signal.SIGINT), "stopped while it started (its imports), before "
                 "anything was written; run it again")
 
 

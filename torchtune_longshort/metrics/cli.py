@@ -34,31 +34,34 @@ import json
 import sys
 from pathlib import Path
 
-from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.inside_input import refuse_inside_input, refuse_inside_model, tokenizer_input
-from torchtune_longshort.config.values import check_creatable
-from torchtune_longshort.data import corpus
-from torchtune_longshort.data.fixed_length import TooFewSequences, counted_fixed_length_sequences
-from torchtune_longshort.data.source_names import SourceNames, source_names
-from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES
-from torchtune_longshort.devices import require_device
-from torchtune_longshort.disk_space import check_not_full
-from torchtune_longshort.hidden_states import last_position_logits
-from torchtune_longshort.lengths import length_arg
-from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
-from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric, summary_line
-from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
-from torchtune_longshort.models.hf_model import load_hf_checkpoint
-from torchtune_longshort.rope.checkpoint_code import checkpoint_code
-from torchtune_longshort.models.rope_override import factor_from_length_note, parameters_as_typed, parse_override
-from torchtune_longshort.output_guard import atomic_write_text, strict_json
-from torchtune_longshort.provenance import provenance
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
-                                         user_path)
-from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
-from torchtune_longshort.windows import suffix_length_range
+                                          stopped_while_importing, user_path)
 
 PROG = "longshort-misalignment"
+
+with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
+    from torchtune_longshort._quiet import quiet_upstream
+    from torchtune_longshort.config.inside_input import refuse_inside_input, refuse_inside_model, tokenizer_input
+    from torchtune_longshort.config.values import check_creatable
+    from torchtune_longshort.data import corpus
+    from torchtune_longshort.data.fixed_length import TooFewSequences, counted_fixed_length_sequences
+    from torchtune_longshort.data.source_names import SourceNames, source_names
+    from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES
+    from torchtune_longshort.devices import require_device
+    from torchtune_longshort.disk_space import check_not_full
+    from torchtune_longshort.hidden_states import last_position_logits
+    from torchtune_longshort.lengths import length_arg
+    from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
+    from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric, summary_line
+    from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
+    from torchtune_longshort.models.hf_model import load_hf_checkpoint
+    from torchtune_longshort.rope.checkpoint_code import checkpoint_code
+    from torchtune_longshort.models.rope_override import factor_from_length_note, parameters_as_typed, parse_override
+    from torchtune_longshort.output_guard import atomic_write_text, strict_json
+    from torchtune_longshort.provenance import provenance
+    from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
+    from torchtune_longshort.windows import suffix_length_range
+
 # How this command's arguments are named in the checkpoint path's messages (models.checkpoint_open).
 NAMES = ArgNames(checkpoint="--checkpoint-dir", length="--length", allow="--allow-extrapolation",
                  tokenizer="--tokenizer", scale="--rope <method>,rope_factor=<f> to scale RoPE", rope="--rope ")

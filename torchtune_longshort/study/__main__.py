@@ -22,28 +22,31 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.values import check_creatable
-from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.disk_space import is_out_of_space
-from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.refusals import (ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal,
-                                         user_path, utf8_text)
-from torchtune_longshort.study.base_config import pypi_paths_only
-from torchtune_longshort.study.config import StudyConfigError
-from torchtune_longshort.study.load import load_study_config
-from torchtune_longshort.study.plan import BASE_KEY
-from torchtune_longshort.study.preflight import preflight
-from torchtune_longshort.study.report import build_report, check_report_dir
-from torchtune_longshort.study.run_configs import (RUNS_DIR, check_kinds, check_outside_base, check_outside_inputs,
-                                                 check_report_apart, check_report_outside_base, check_same_variant,
-                                                 check_study_output, stage_log)
-from torchtune_longshort.study.runner import Study
-from torchtune_longshort.study.stages import StudyInterrupted, hold_output_folder, tune_problem
-from torchtune_longshort.study.stop import received, stop_handlers
-from torchtune_longshort.training.output_dir import OutputDirInUse
+                                          stopped_while_importing, user_path, utf8_text)
 
 PROG = "python -m torchtune_longshort.study"
+
+with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
+    from torchtune_longshort._quiet import quiet_upstream
+    from torchtune_longshort.config.values import check_creatable
+    from torchtune_longshort.configs_cli import resolve_config
+    from torchtune_longshort.disk_space import is_out_of_space
+    from torchtune_longshort.plots.available import matplotlib_problem
+    from torchtune_longshort.study.base_config import pypi_paths_only
+    from torchtune_longshort.study.config import StudyConfigError
+    from torchtune_longshort.study.load import load_study_config
+    from torchtune_longshort.study.plan import BASE_KEY
+    from torchtune_longshort.study.preflight import preflight
+    from torchtune_longshort.study.report import build_report, check_report_dir
+    from torchtune_longshort.study.run_configs import (RUNS_DIR, check_kinds, check_outside_base, check_outside_inputs,
+                                                     check_report_apart, check_report_outside_base, check_same_variant,
+                                                     check_study_output, stage_log)
+    from torchtune_longshort.study.runner import Study
+    from torchtune_longshort.study.stages import StudyInterrupted, hold_output_folder, tune_problem
+    from torchtune_longshort.study.stop import received, stop_handlers
+    from torchtune_longshort.training.output_dir import OutputDirInUse
+
 # A run's status in the report when it has not finished, which is no failure: stopped by a signal (it resumes), or
 # not started (the grid was stopped before it, or another --command runs it).
 UNFINISHED = ("interrupted", "not run")

@@ -12,7 +12,7 @@ from torchtune_longshort.refusals import stopped_while_importing
 
 PROG = "python -m torchtune_longshort.synthetic"  # the command of this package's __main__
 
-with stopped_while_importing(__name__, PROG):  # `python -m` imports this package first (torch: seconds)
+with stopped_while_importing(__name__):  # `python -m` imports this package first (torch: seconds)
     from .outrep import OUTREPS, get_outrep
     from .tasks import TASKS, make_batch
     from .train import RunConfig, train_run

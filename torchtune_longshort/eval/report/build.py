@@ -35,38 +35,41 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from torchtune_longshort.config.inside_input import refuse_inside_input
-from torchtune_longshort.config.values import check_creatable
-from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
-from torchtune_longshort.eval.report.group_coverage import coverage_note, group_coverage, load_group_subtasks
-from torchtune_longshort.eval.report.results_io import (
-    CELL_METRIC,
-    cut_off_samples,
-    even_cell_counts,
-    load_cell_counts,
-    load_curves,
-    load_limit_left_out,
-    load_not_scored,
-    load_provenance,
-    load_results,
-    load_run_info,
-    metric_length,
-    predict_only_tasks,
-)
-from torchtune_longshort.eval.model.generation import not_greedy
-from torchtune_longshort.eval.report.run_files import check_scored, run_label
-from torchtune_longshort.eval.report.runs import finite, no_curve_note, runs_section
-from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
-from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
-from torchtune_longshort.plots.axes import table_number
-from torchtune_longshort.made_folders import missing_root, remove_made_folders
-from torchtune_longshort.output_guard import (
-    atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
-)
-from torchtune_longshort.plots.available import matplotlib_problem
-from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
-                                         user_path)
+                                          stopped_while_importing, user_path)
+
+with stopped_while_importing(__name__):  # Ctrl-C while torch is imported (seconds): one line, exit 130
+    from torchtune_longshort.config.inside_input import refuse_inside_input
+    from torchtune_longshort.config.values import check_creatable
+    from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
+    from torchtune_longshort.eval.report.group_coverage import coverage_note, group_coverage, load_group_subtasks
+    from torchtune_longshort.eval.report.results_io import (
+        CELL_METRIC,
+        cut_off_samples,
+        even_cell_counts,
+        load_cell_counts,
+        load_curves,
+        load_limit_left_out,
+        load_not_scored,
+        load_provenance,
+        load_results,
+        load_run_info,
+        metric_length,
+        predict_only_tasks,
+    )
+    from torchtune_longshort.eval.model.generation import not_greedy
+    from torchtune_longshort.eval.report.run_files import check_scored, run_label
+    from torchtune_longshort.eval.report.runs import finite, no_curve_note, runs_section
+    from torchtune_longshort.eval.tasks import TASK_FAMILIES, current_name
+    from torchtune_longshort.eval.tasks.common.lengths import length_label, per_length
+    from torchtune_longshort.plots.axes import table_number
+    from torchtune_longshort.made_folders import missing_root, remove_made_folders
+    from torchtune_longshort.output_guard import (
+        atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
+    )
+    from torchtune_longshort.plots.available import matplotlib_problem
+    from torchtune_longshort.provenance import provenance, provenance_markdown
+
 # Length-swept tasks and the metrics the report tabulates by length (each reported as ``<metric>_<length>``): the
 # family's table metrics first, then its other metrics (passkey's digits, ppl's token_nll), where a run reports them.
 LENGTH_TABLES = {fam.task: fam.table_metrics + tuple(m for m in fam.metrics if m not in fam.table_metrics)

@@ -18,19 +18,22 @@ import sys
 import time
 from pathlib import Path
 
-from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.config.values import check_creatable
-from torchtune_longshort.configs_cli import resolve_config
-from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusal, refusing, stoppable,
-                                         user_path, utf8_text)
-from torchtune_longshort.study.base_config import pypi_paths_only
-from torchtune_longshort.study.stop import stop_handlers
-from torchtune_longshort.study.stages import hold_output_folder
-from torchtune_longshort.study.preflight import preflight
-from torchtune_longshort.study.table1.config import load_table1_config
+                                          stopped_while_importing, user_path, utf8_text)
 
 PROG = "python -m torchtune_longshort.study.table1"
+
+with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
+    from torchtune_longshort._quiet import quiet_upstream
+    from torchtune_longshort.config.values import check_creatable
+    from torchtune_longshort.configs_cli import resolve_config
+    from torchtune_longshort.plots.available import matplotlib_problem
+    from torchtune_longshort.study.base_config import pypi_paths_only
+    from torchtune_longshort.study.stop import stop_handlers
+    from torchtune_longshort.study.stages import hold_output_folder
+    from torchtune_longshort.study.preflight import preflight
+    from torchtune_longshort.study.table1.config import load_table1_config
+
 OUT_FIELD = "--out (or the config's output_dir)"  # as the runner's refusals name it
 
 

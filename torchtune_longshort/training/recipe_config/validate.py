@@ -23,17 +23,19 @@ from typing import Any, List, Optional, Sequence
 
 import yaml
 
-from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.configs_cli import CP_MODULE, MAIN_CONFIG, nearest_shipped, resolve_config
-from torchtune_longshort.launcher import launched_world_size
-from torchtune_longshort.devices import cpu_oversubscribed
-from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing
-from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
-from torchtune_longshort.training.recipe_config import load_recipe_config, resolved_container
-from torchtune_longshort.training.recipe_config.paths import interpolation_refusal
-from torchtune_longshort.training.resume import resume_changes
+from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, stopped_while_importing
 
 PROG = "longshort-validate"
+
+with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
+    from torchtune_longshort._quiet import quiet_upstream
+    from torchtune_longshort.configs_cli import CP_MODULE, MAIN_CONFIG, nearest_shipped, resolve_config
+    from torchtune_longshort.launcher import launched_world_size
+    from torchtune_longshort.devices import cpu_oversubscribed
+    from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
+    from torchtune_longshort.training.recipe_config import load_recipe_config, resolved_container
+    from torchtune_longshort.training.recipe_config.paths import interpolation_refusal
+    from torchtune_longshort.training.resume import resume_changes
 
 
 def read_config_file(path: Path) -> dict:
