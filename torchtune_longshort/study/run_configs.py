@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from omegaconf import OmegaConf
 
@@ -68,11 +68,18 @@ def check_study_output(out: Path, report_only: bool) -> None:
                                     "or runs/): --report-only reads the folder a study wrote; name it")
         return
     check_output_folder(out, "--out (or the config's output_dir)", STUDY_WRITES, made_by_a_study)
+    check_only_ours(out, made_by_a_study, STUDY_MARKER, "study")
+
+
+def check_only_ours(out: Path, made: Callable[[Path], bool], marker: str, kind: str) -> None:
+    """``FileExistsError`` when ``out`` holds anything (a lock a killed start left aside) and ``made(out)`` is False:
+    a user's folder, a generator's, ``--out .``, where the ``kind`` command (a study, Table 1) would write its names
+    among theirs; ``marker``: the file that ``kind`` writes into its folder first."""
     held = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.is_dir() else []  # a killed start's lock
-    if held and not made_by_a_study(out):  # a user's folder, a generator's, `--out .`: the study's names among theirs
+    if held and not made(out):
         raise FileExistsError(f"--out (or the config's output_dir) {str(out)!r} holds {', '.join(map(repr, held[:3]))}"
-                              f"{' ...' if len(held) > 3 else ''} and is not a study's folder (no {STUDY_MARKER}): "
-                              "the study writes only into a new or empty folder, or one a study made; name another "
+                              f"{' ...' if len(held) > 3 else ''} and is not a {kind}'s folder (no {marker}): "
+                              f"the {kind} writes only into a new or empty folder, or one a {kind} made; name another "
                               "folder")
 
 

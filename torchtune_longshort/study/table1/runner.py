@@ -42,6 +42,7 @@ from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.portable import places, portable, same_spec
+from torchtune_longshort.study.run_configs import check_only_ours
 from torchtune_longshort.study.stages import output_folder, run_command, run_eval
 from torchtune_longshort.study.stop import received, run_until_stopped
 from torchtune_longshort.study.table1.config import Table1Config
@@ -114,9 +115,9 @@ class Table1:
                 "tasks": list(FAMILY_TASK.values()), "eval": ev, "metadata": self.task_metadata(length)}
 
     def check_output(self) -> None:
-        """Refuse an output folder that is a file, lies inside the checkpoint (the model's folder), or holds a
+        """Refuse an output folder that is a file, lies inside the checkpoint (the model's folder), holds a
         ``cells/`` or ``table1.json`` no earlier Table 1 there wrote (an earlier one: its marker, or the
-        ``table1.json`` of one before the marker)."""
+        ``table1.json`` of one before the marker), or holds anything at all and is no earlier Table 1's."""
         ckpt, real = Path(self.cfg.checkpoint_dir).expanduser().resolve(), self.out.resolve()
         if ckpt == real or ckpt in real.parents:
             raise ValueError(f"--out (or the config's output_dir) {str(self.out)!r} lies inside checkpoint_dir="
@@ -129,6 +130,7 @@ class Table1:
             return isinstance(made, dict) and {"name", "cells"} <= set(made)
 
         check_output_folder(self.out, "--out (or the config's output_dir)", ["cells", "table1.json"], earlier)
+        check_only_ours(self.out, earlier, TABLE1_MARKER, "Table 1")  # a user's folder, `--out .`: not among theirs
 
     def check_report_only(self) -> None:
         """``--report-only`` of a folder no Table 1 ran in (no marker, no ``cells/``: a mistyped ``--out``) is refused,
