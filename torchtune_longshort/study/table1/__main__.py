@@ -88,7 +88,8 @@ def main(argv=None) -> int:
             lock.release(discard=True)
     else:
         recs = t1.records()
-    command = f"{PROG} --config {shlex.quote(str(cfg.config_path))}" + (" --quick" if a.quick else "")
+    # as typed: a shipped name stays that name (from a wheel, config_path is the file in site-packages)
+    command = f"{PROG} --config {shlex.quote(a.config)}" + (" --quick" if a.quick else "")
     wall = None if a.report_only else time.time() - t0
     summary = refusing(PROG, lambda: build_table1_report(cfg, recs, report_dir, wall_s=wall, note=a.note,
                                                          command=command))  # a full disk: one line
