@@ -163,3 +163,28 @@ def test_weights_that_do_not_fit_the_model_are_refused_before_fsdp_loads_them(tm
     model_setup.load_weights(qlora, base.tune_state_dict(), {}, distributed=True, device=torch.device("cpu"),
                              dtype=torch.float32, reshard_after_forward=True, where="x")
     assert len(reached) == 1
+
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+def test_a_folder_where_a_checkpoint_file_should_be_is_named_as_a_folder(tmp_path, name):
+    """config.json as a folder was said to be missing ("has no config.json"); model.safetensors as a folder gave
+    safetensors' own "OSError: No such device (os error 19)". Reference: the errno class Python maps EISDIR to, and
+    safetensors' own open of the folder failing."""
+    import errno
+
+    from safetensors import safe_open
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    if name == "model.safetensors":  # a Llama's config beside it, as a converted folder holds
+        (folder / "config.json").write_text(json.dumps({
+            "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 256, "rope_theta": 10000.0, "rms_norm_eps": 1e-5}))
+    (folder / name).mkdir()
+    if name == "model.safetensors":
+        with pytest.raises(Exception):
+            safe_open(str(folder / name), framework="pt")
+    with pytest.raises(type(OSError(errno.EISDIR, "")), match=rf"{name}' is a folder, not a file"):
+        check_checkpoint_folder(folder)

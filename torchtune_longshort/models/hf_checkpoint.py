@@ -70,6 +70,9 @@ def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> D
             f"does not exist in {str(Path.cwd())!r}, the folder this command runs in"
         raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} {state}: {expected}")
     path = d / CONFIG_FILE
+    if path.is_dir():  # said "has no config.json"
+        raise IsADirectoryError(f"{field}={str(checkpoint_dir)!r}: {str(path)!r} is a folder, not a file: {expected}; "
+                                "put the model's config.json file there")
     if not path.is_file():
         ggufs = sorted(d.glob("*.gguf"))
         newest = (d / "latest").read_text().strip() if (d / "latest").is_file() else ""  # a recipe run's folder
@@ -144,6 +147,9 @@ def readable_weights(files: List[Path]) -> List[Path]:
     from safetensors import safe_open
 
     for f in files:
+        if f.is_dir():  # safetensors said "OSError: No such device (os error 19)"
+            raise IsADirectoryError(f"weight file {str(f)!r} is a folder, not a file: copy or convert the checkpoint "
+                                    "again")
         if f.suffix != ".safetensors":
             continue
         try:
