@@ -36,18 +36,23 @@ def _deep_glob(pattern: str) -> List[str]:
     above it (``books/sub/loop -> ..``) until the path no longer resolves, ``a.txt`` read 41 times over, and two
     such links never ended. The folders below the pattern's fixed head are walked (links followed, as glob does, but
     none into a folder the path already passed) and each file's names matched against the pattern's, a hidden name
-    only by a pattern name starting with a dot, as glob reads them."""
+    only by a pattern name starting with a dot, as glob reads them. A folder no match can lie below is not walked,
+    as glob lists none (``**/*.md`` beside a ``.venv/`` walked its 60,000 files, 11 s where glob took 0.06 s, and
+    ``data*/**/*.txt`` every folder beside ``data*``)."""
     parts = Path(pattern).parts
     head = next(k for k, part in enumerate(parts) if glob.has_magic(part))
     base, rest = os.path.join(".", *parts[:head]), tuple(STAR if p == "**" else p for p in parts[head:])
+    shown = lambda n: not (isinstance(n, str) and n.startswith("."))  # noqa: E731  (what a ** takes)
     chains, found = {base: {os.path.realpath(base)}}, []
     for root, dirs, files in os.walk(base, followlinks=True):
         chain = chains.pop(root)
-        dirs[:] = [d for d in dirs if os.path.realpath(os.path.join(root, d)) not in chain]
+        below = Path(os.path.relpath(root, base)).parts  # () at the base
+        dirs[:] = [d for d in dirs if os.path.realpath(os.path.join(root, d)) not in chain
+                   and _meet(rest, (*below, d, STAR), _glob_name, shown)]  # a match may lie below
         chains.update({os.path.join(root, d): chain | {os.path.realpath(os.path.join(root, d))} for d in dirs})
         for name in files:
             names = Path(os.path.relpath(os.path.join(root, name), base)).parts
-            if _meet(rest, names, _glob_name, lambda n: not n.startswith(".")):
+            if _meet(rest, names, _glob_name, shown):
                 found.append(os.path.join(*parts[:head], *names) if head else os.path.join(*names))
     return found
 
