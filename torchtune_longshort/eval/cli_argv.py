@@ -170,12 +170,7 @@ def check_limit(value: Optional[str]) -> None:
 def check_num_fewshot(value: Optional[str]) -> None:
     """lm-eval's parser takes any ``int`` for ``--num_fewshot``: a negative one ran as 0-shot without a word (its
     ``fewshot_context`` adds examples only when the number is > 0) while the results recorded it as given."""
-    try:
-        negative = value is not None and int(value) < 0
-    except ValueError:
-        return  # check_option_values says what it takes
-    if negative:
-        raise ValueError(f"--num_fewshot {value} is not accepted: {TAKES['--num_fewshot']}")
+    _check_at_least(value, 0, f"--num_fewshot {value}", "--num_fewshot")
 
 
 def check_max_batch_size(value: Optional[str], given_as: str) -> None:
@@ -184,12 +179,18 @@ def check_max_batch_size(value: Optional[str], given_as: str) -> None:
     loaded ("Trying to create tensor with negative dimension -1"), and the longshort model refused both naming
     ``max_batch_size=`` of its arguments. Refused in one line starting with ``given_as`` (as
     :func:`check_batch_size`)."""
+    _check_at_least(value, 1, given_as, "--max_batch_size")
+
+
+def _check_at_least(value: Optional[str], least: int, given_as: str, flag: str) -> None:
+    """A whole number ``value`` below ``least`` refused in one line starting with ``given_as``, saying what ``flag``
+    takes (:data:`TAKES`); a value that is no whole number is left to :func:`check_option_values`."""
     try:
-        below_one = value is not None and int(value) < 1
+        below = value is not None and int(value) < least
     except ValueError:
         return  # check_option_values says what it takes
-    if below_one:
-        raise ValueError(f"{given_as} is not accepted: {TAKES['--max_batch_size']}")
+    if below:
+        raise ValueError(f"{given_as} is not accepted: {TAKES[flag]}")
 
 
 def canonical_options(args: Sequence[str]) -> List[str]:
