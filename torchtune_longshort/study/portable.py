@@ -4,7 +4,7 @@ model cached under another home. A spec is compared by :func:`same_spec`, which 
 paths the same way, so records written before specs were portable still count where their folders have not moved.
 
 The places: the study's (or Table 1's) output folder ``<study>``, the converted-model cache ``<model cache>``
-(:func:`torchtune_longshort.models.gguf.cache_dir`, where a ``pypi:`` base lands) and the repository root
+(:func:`torchtune_longshort.models.gguf_cache.cache_dir`, where a ``pypi:`` base lands) and the repository root
 ``<repo>``; the longest matching folder names a path."""
 
 from __future__ import annotations
