@@ -12,7 +12,8 @@ from torchtune_longshort.eval.cli_messages import help_preamble, summary_line, t
 
 def test_help_names_the_model_its_arguments_and_tasks_path():
     text = help_preamble()
-    for needle in ("--model longshort", "tasks-path", "--include_path \"$(longshort-eval tasks-path)\"",
+    for needle in ("--model longshort", "tasks-path", "peft-base STEP --out DIR",
+                   "--include_path \"$(longshort-eval tasks-path)\"",
                    "pretrained:", "max_length:", "truncation:", "device:", "cpu_keep_freed_blocks:"):
         assert needle in text, needle
 

@@ -193,7 +193,8 @@ def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs
         check(folder.path, yarn_step / ADAPTER_DIR)
     # the way on that --model hf can take (a folder of the base's weights with the step's config.json), the base
     # said once (it was 'method=yarn, base=10000.0, ... (base 10000)')
-    assert str(e.value).endswith("or give pretrained= a folder holding the base's weights and the step's config.json")
+    assert str(e.value).endswith("or give pretrained= a folder holding the base's weights and the step's config.json, "
+                                 f"which longshort-eval peft-base {yarn_step} --out {tmp_path}_step_2_base writes")
     assert "base=" not in str(e.value) and str(e.value).count("(base 10000)") == 2
     # a RoPE transformers cannot run (Phi-3.5 + YaRN, CLEX, EABF): --model hf refuses the step folder too, so the
     # refusal names --model longshort on it (it named pretrained=<step> under hf, which is refused in turn)
@@ -237,6 +238,7 @@ def test_an_adapter_of_a_run_that_changed_the_rope_says_how_its_base_loads(famil
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from torchtune_longshort.models import load_hf_checkpoint
+    from torchtune_longshort.eval.peft_base import main as peft_base
     from torchtune_longshort.models.peft_adapter import base_config_note
 
     folder = CheckpointFolder.open(family_dirs["llama2"])
@@ -252,16 +254,21 @@ def test_an_adapter_of_a_run_that_changed_the_rope_says_how_its_base_loads(famil
     assert said["rope_scaling"]["factor"] == 2.0 and said["max_position_embeddings"] == 512
     note = base_config_note(step)
     assert note.startswith("\n[longshort] adapter:") and f"AutoConfig.from_pretrained('{step}')" in note
+    told = tmp_path.parent / f"{tmp_path.name}_step_1_base"  # beside the run, for stock lm-eval's --model hf
+    assert f"longshort-eval peft-base {step} --out {told} writes" in note
+    assert f"pretrained={told},peft={step / ADAPTER_DIR}" in note
+    assert peft_base([str(step), "--out", str(tmp_path / "written")], "longshort-eval peft-base") == 0
 
     tokens = torch.randint(3, folder.config["vocab_size"], (1, 300), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(tokens).logits
         got = {}
-        for how, kwargs in (("as said", {"config": AutoConfig.from_pretrained(str(step))}), ("alone", {})):
-            base = AutoModelForCausalLM.from_pretrained(str(folder.path), dtype=torch.float32, **kwargs)
+        for how, path, kwargs in (("as said", folder.path, {"config": AutoConfig.from_pretrained(str(step))}),
+                                  ("written", tmp_path / "written", {}), ("alone", folder.path, {})):
+            base = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, **kwargs)
             got[how] = PeftModel.from_pretrained(base, str(step / ADAPTER_DIR)).eval()(tokens).logits
     rel = {how: ((v - want).abs().max() / want.abs().max()).item() for how, v in got.items()}
-    assert rel["as said"] < 5e-5 and rel["alone"] > 1e-3, rel
+    assert rel["as said"] < 5e-5 and rel["written"] < 5e-5 and rel["alone"] > 1e-3, rel
 
     # a run that kept the start's RoPE: nothing to say (the start folder is the base as it is)
     write_peft_adapter(tmp_path / "plain" / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,

@@ -126,6 +126,19 @@ def test_a_plain_peft_adapter_on_a_lora_step_it_was_not_trained_on_is_refused(tm
     _check(step3, tmp_path / "on3")
 
 
+def yarn_run(tmp_path):
+    """:func:`_base_and_two_steps` of a run that changed the RoPE: YaRN x2 over the base's 64 positions, in the
+    steps' config.json."""
+    base, step2, step3 = _base_and_two_steps(tmp_path)
+    for step in (step2, step3):
+        config = json.loads((step / "config.json").read_text())
+        config["max_position_embeddings"] = 128
+        config["rope_parameters"] = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64,
+                                     "rope_theta": config.get("rope_parameters", {}).get("rope_theta", 10000.0)}
+        (step / "config.json").write_text(json.dumps(config))
+    return base, step2, step3
+
+
 def test_the_way_on_for_a_run_that_changed_the_rope_is_a_base_the_check_accepts(tmp_path):
     """A YaRN LoRA run (SmolLM2, realwalk2): ``pretrained=run/step_2,peft=run/step_3/adapter`` was refused with the
     way on ``put the adapters on their base (pretrained=<start>,peft=...)``, which the next run refused in turn (the
@@ -135,22 +148,17 @@ def test_the_way_on_for_a_run_that_changed_the_rope_is_a_base_the_check_accepts(
 
     from peft import PeftModel
 
-    base, step2, step3 = _base_and_two_steps(tmp_path)
-    for step in (step2, step3):  # the run's RoPE: YaRN x2 over the base's 64 positions, in the steps' config.json
-        config = json.loads((step / "config.json").read_text())
-        config["max_position_embeddings"] = 128
-        config["rope_parameters"] = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64,
-                                     "rope_theta": config.get("rope_parameters", {}).get("rope_theta", 10000.0)}
-        (step / "config.json").write_text(json.dumps(config))
+    base, step2, step3 = yarn_run(tmp_path)
     adapter = step3 / "adapter"
-    (adapter / "longshort_adapter.json").write_text(json.dumps({"rank": 4, "base_quantization": None}))
     with pytest.raises(ValueError, match="another model"):
         _check(base, adapter)  # the start as it is: refused for its RoPE
     with pytest.raises(ValueError) as e:
         _check(step2, adapter)
     line = str(e.value)
     assert "\n" not in line and f"pretrained={base},peft=" not in line
-    assert f"pretrained=<a folder holding the weights of {base} and {step3 / 'config.json'}>,peft={adapter}" in line
+    told_out = tmp_path / "run_step_3_base"  # beside the run, and the command that writes it
+    assert (f"pretrained={told_out},peft={adapter}, after longshort-eval peft-base {step3} --out {told_out} writes "
+            f"that folder of the weights of {base} and {step3 / 'config.json'}") in line
 
     told = tmp_path / "told"  # the folder the line describes
     told.mkdir()

@@ -13,7 +13,8 @@ As with lm-eval's ``hf`` model, the results land in ``results/ours/<checkpoint p
 
 ``longshort-eval tasks-path`` prints the installed task pack's folder, for stock lm-eval:
 ``lm-eval run --model hf --model_args pretrained=DIR --include_path "$(longshort-eval tasks-path)" --tasks
-longshort_ppl ...``.
+longshort_ppl ...``. ``longshort-eval peft-base run/step_<k> --out DIR`` writes the base folder a LoRA step's adapters
+go on there (``pretrained=DIR,peft=run/step_<k>/adapter``: :mod:`.peft_base`).
 ``--help`` (and ``run`` alone, as ``lm-eval run``) names the ``longshort`` model and its arguments above lm-eval's
 help. Bad input (a device this machine lacks, a task name lm-eval does not know: with "did you mean", a model
 argument) is refused in one line (:mod:`torchtune_longshort.refusals`); an evaluation ends with one line counting
@@ -53,7 +54,12 @@ def main() -> None:
         print(tasks_path() if not extra else f"usage: {PROG} tasks-path\n\nPrint the installed task pack's folder, "
               f"for stock lm-eval: {STOCK_LM_EVAL}")
         return
-    quiet_upstream()  # before the imports of _evaluate: torchao logs its line on import
+    quiet_upstream()  # before the imports of _evaluate and peft_base: torchao logs a line on import
+    if sys.argv[1:2] == ["peft-base"]:  # a folder for stock lm-eval, as tasks-path is a path for it: no lm-eval run
+        # deferred: torch (tasks-path answers without it)
+        from torchtune_longshort.eval import peft_base
+
+        sys.exit(peft_base.main(sys.argv[2:], f"{PROG} peft-base"))
     stoppable(PROG, lambda: refusing(PROG, lambda: _evaluate(sys.argv[1:])), INTERRUPTED)
 
 

@@ -38,7 +38,8 @@ from torchtune_longshort.eval.tasks.common.missing_tokenizer import hub_offline_
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE, readable_weights
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
-from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, adapter_folder_hint
+from torchtune_longshort.models.peft_adapter import (ADAPTER_DIR, LAYOUT_FILE, PEFT_BASE_COMMAND, adapter_folder_hint,
+                                                    peft_base_out)
 from torchtune_longshort.rope.checkpoint_code import UntrustedCheckpointCode
 
 logger = logging.getLogger(__name__)
@@ -99,7 +100,8 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
         fix = (f"evaluate the merged step folder with --model longshort --model_args pretrained={step} (transformers "
                f"cannot run its {method} RoPE, so --model hf loads neither it nor a base with its config.json)"
                if method else f"evaluate the step folder itself (pretrained={step}, the adapters merged), or give "
-               "pretrained= a folder holding the base's weights and the step's config.json")
+               f"pretrained= a folder holding the base's weights and the step's config.json, which "
+               f"{PEFT_BASE_COMMAND} {step} --out {peft_base_out(step)} writes")
         raise ValueError(f"{where} with pretrained={pretrained}: the run trained these adapters with RoPE "
                          f"{_said(ours)} ({step / CONFIG_FILE}), and pretrained= loads with {_said(theirs)}, another "
                          f"model; {fix}")
@@ -144,8 +146,10 @@ def _base_way(recorded: str, found: Optional[Path], adapter: Path) -> str:
     theirs = _rope((found or Path(recorded).expanduser()) / CONFIG_FILE)
     if ours is None or theirs is None or ours == theirs:
         return f"pretrained={arg},peft={adapter}"
-    return (f"pretrained=<a folder holding the weights of {arg} and {step_config}>,peft={adapter}: {arg} as it is "
-            f"loads with RoPE {_said(theirs)}, the run trained with {_said(ours)}")
+    out = peft_base_out(adapter.parent)
+    return (f"pretrained={out},peft={adapter}, after {PEFT_BASE_COMMAND} {adapter.parent} --out {out} writes that "
+            f"folder of the weights of {arg} and {step_config}: {arg} as it is loads with RoPE {_said(theirs)}, the "
+            f"run trained with {_said(ours)}")
 
 
 def refuse_missing_folder(pretrained: str, model: str, revision: Optional[str] = None,

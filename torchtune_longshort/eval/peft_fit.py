@@ -62,7 +62,7 @@ def _shapes(files) -> Dict[str, Tuple[int, ...]]:
     return shapes
 
 
-def _recorded(adapter: Path) -> Optional[str]:
+def recorded_base_name(adapter: Path) -> Optional[str]:
     """The adapter's recorded base (``base_model_name_or_path``), None where its config names none."""
     import json
 
@@ -74,7 +74,7 @@ def _recorded(adapter: Path) -> Optional[str]:
 
 
 def _trained_on(adapter: Path) -> str:
-    name = _recorded(adapter)
+    name = recorded_base_name(adapter)
     return recorded_base_said(name, recorded_base_found(adapter, name)) if name else \
         "another model (its adapter_config.json names none)"
 
@@ -83,7 +83,7 @@ def _what(adapter: Path) -> str:
     """What the adapter's record names, for "give that ... as pretrained=": a hub model (cached here, or a relative
     name of a hub id's shape no folder here matches: :func:`recorded_base_arg` advises it as written), else a
     folder."""
-    name = _recorded(adapter)
+    name = recorded_base_name(adapter)
     found = recorded_base_found(adapter, name) if name else None
     return "model" if name and _relative(name) and recorded_base_arg(name, found) == name else "folder"
 

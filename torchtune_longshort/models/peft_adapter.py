@@ -37,6 +37,8 @@ ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
 WEIGHTS_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 LAYOUT_FILE = "longshort_adapter.json"
+# the command that writes the base folder --model hf needs for a step's adapters (eval/peft_base.py)
+PEFT_BASE_COMMAND = "longshort-eval peft-base"
 PEFT_PREFIX = "base_model.model."
 _LORA_A, _LORA_B = ".lora_a.weight", ".lora_b.weight"
 
@@ -223,6 +225,12 @@ def _scaling_said(base_config: Dict[str, Any]) -> str:
     return ", ".join(f"{k} {base_config.get(k)}" for k in ("rope_theta", "max_position_embeddings"))
 
 
+def peft_base_out(step: Path) -> Path:
+    """The ``--out`` a message advises for :data:`PEFT_BASE_COMMAND` on ``step``: beside the run
+    (``run_step_3_base``), not inside it, where the run's own folder rules would meet a folder they did not write."""
+    return Path(f"{step.parent}_{step.name}_base")
+
+
 def base_config_note(step_dir: Optional[Path]) -> str:
     """A line (a newline first) for the user when ``step_dir``'s adapter needs its base loaded with the step's
     config.json (the run changed the RoPE: ``base_config`` in the layout file), else ""."""
@@ -244,8 +252,10 @@ def base_config_note(step_dir: Optional[Path]) -> str:
         return (f"\n[longshort] adapter:    {adapter} was trained on {base} quantized "
                 f"({layout['base_quantization']}) and with the RoPE of {Path(step_dir) / 'config.json'} ({scaling}): "
                 f"evaluate or serve the merged {step_dir} itself")
+    out = peft_base_out(Path(step_dir))
     return (f"\n[longshort] adapter:    {adapter} trained on {base} with the RoPE of {Path(step_dir) / 'config.json'} "
-            f"({scaling}), which an adapter cannot carry: load the base with it, AutoModelForCausalLM."
+            f"({scaling}), which an adapter cannot carry: {PEFT_BASE_COMMAND} {step_dir} --out {out} writes the base "
+            f"lm-eval's --model hf needs (pretrained={out},peft={adapter}); in Python, AutoModelForCausalLM."
             f"from_pretrained({str(base)!r}, config=AutoConfig.from_pretrained({str(step_dir)!r})), then "
             f"PeftModel.from_pretrained(base, {str(adapter)!r}); or use the merged {step_dir} itself")
 

@@ -1,0 +1,174 @@
+"""``longshort-eval peft-base STEP --out DIR``: the base folder stock lm-eval's ``--model hf --model_args
+pretrained=DIR,peft=STEP/adapter`` needs for a LoRA run's adapters (:mod:`torchtune_longshort.models.peft_adapter`).
+
+An adapter carries no RoPE: where the run changed the RoPE scaling (YaRN x2 on SmolLM2), its base is the start
+checkpoint's weights loaded with the step's ``config.json``, a folder the user had to build by hand (and
+``--model hf`` with the start folder as it is was refused: another model). This writes it: the recorded base's
+(``base_model_name_or_path``, found as :func:`~torchtune_longshort.eval.peft_fit.recorded_base_found` finds it)
+weight files and index, the step's ``config.json`` and the step's tokenizer files (the base's where the step has
+none), then prints the ``--model_args`` to use.
+
+The weights are hard links where the filesystem allows (transformers' ``from_pretrained`` opens the files by path, so
+a link loads as the file does; no space is used, and the folder keeps working if the base is moved or deleted; the
+project's checkpoint writers replace files by renaming, so a later write to the base does not reach it), else symbolic
+links to the base's files (another filesystem: the Hugging Face hub cache itself is symbolic links, which
+transformers follows), else copies. ``config.json`` and the tokenizer files are copied (small; an edit of the step's
+does not change this folder's). Refused in one line, before anything is written: a STEP without ``adapter/``, a base
+not found, an ``--out`` that exists and is not empty, a RoPE transformers cannot run (CLEX, EABF), a QLoRA run's
+adapters (trained on the quantized base: PEFT on the full-precision weights is another model). The folder is built
+aside in ``--out``'s parent and renamed into place; nothing is ever deleted but that half-built folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import List, NamedTuple, Optional
+
+from torchtune_longshort.eval.peft_fit import (recorded_base_found, recorded_base_name, recorded_base_said,
+                                              same_checkpoint)
+from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE, check_checkpoint_folder, read_hf_config
+from torchtune_longshort.models.hf_rope import not_representable_method
+from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
+from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, PEFT_BASE_COMMAND
+from torchtune_longshort.models.tokenizer_formats import has_tokenizer
+from torchtune_longshort.output_guard import read_json
+from torchtune_longshort.refusals import ArgumentParser, refusing, user_path
+
+PEFT_CONFIG = "adapter_config.json"
+HOW = {"hard links": "hard links (no space used; kept if the base is moved or deleted)",
+       "symbolic links": "symbolic links (another filesystem than the base's: no space used; they follow the base)",
+       "copies": "copies (this filesystem takes no links)"}
+
+
+class BasePlan(NamedTuple):
+    """What :func:`write_base_folder` writes: ``out`` from ``base``'s ``weights``, ``step``'s config.json and
+    ``tokenizer``'s files (None: none found)."""
+    adapter: Path
+    step: Path
+    base: Path
+    weights: List[Path]
+    tokenizer: Optional[Path]
+    out: Path
+
+
+def plan_base_folder(given: str, out: str, base: Optional[str] = None) -> BasePlan:
+    """Check everything :func:`write_base_folder` needs (``FileNotFoundError`` / ``FileExistsError`` /
+    ``ValueError``, one line, nothing written): ``given`` a LoRA run's step folder or its ``adapter/``."""
+    folder = Path(given)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{given}: no such folder; give a LoRA run's step folder (run/step_<k>) or its "
+                                f"{ADAPTER_DIR}/")
+    adapter = folder if (folder / PEFT_CONFIG).is_file() else folder / ADAPTER_DIR
+    if not (adapter / PEFT_CONFIG).is_file():
+        raise FileNotFoundError(f"{given}: holds no {ADAPTER_DIR}/{PEFT_CONFIG}, so no LoRA adapters to put on a base "
+                                f"(a full fine-tune's step is evaluated as it is: pretrained={given})")
+    step = adapter.parent
+    if not (step / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{adapter}: the folder above it ({step}) holds no {CONFIG_FILE}, the step's RoPE: "
+                                f"give the adapters inside their step folder (run/step_<k>/{ADAPTER_DIR})")
+    quantized = (read_json(adapter / LAYOUT_FILE) or {}).get("base_quantization")
+    if quantized:
+        raise ValueError(f"{adapter}: trained on the {quantized}-quantized base (QLoRA), so these adapters on the "
+                         f"full-precision weights give another model than the run's: evaluate or serve the merged step "
+                         f"itself (pretrained={step}, no peft=)")
+    method = not_representable_method(read_hf_config(step, field="step"))
+    if method:
+        raise ValueError(f"{step / CONFIG_FILE}: the run's {method} RoPE is one transformers cannot run, so --model hf "
+                         f"loads no base with it: evaluate the merged step with longshort-eval run --model longshort "
+                         f"--model_args pretrained={step}")
+    base_dir = _base(adapter, base)
+    weights = check_checkpoint_folder(base_dir)  # refuses, naming it, a folder whose weights are missing or torn
+    if (base_dir / INDEX_FILE).is_file():
+        weights.append(base_dir / INDEX_FILE)
+    target = Path(out)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        state = "is a file" if not target.is_dir() else "exists and is not empty"
+        raise FileExistsError(f"--out {out}: {state}; give a new or empty folder (nothing there is replaced)")
+    tokenizer = next((d for d in (step, base_dir) if has_tokenizer(d)), None)
+    return BasePlan(adapter, step, base_dir, weights, tokenizer, target)
+
+
+def _base(adapter: Path, given: Optional[str]) -> Path:
+    """The adapters' recorded base as a folder here (``--base`` where given: it must be that checkpoint where the
+    record names one here)."""
+    recorded = recorded_base_name(adapter)
+    if not recorded and not given:
+        raise ValueError(f"{adapter / PEFT_CONFIG} names no base_model_name_or_path: give --base <the folder the "
+                         "adapters were trained on>")
+    found = recorded_base_found(adapter, recorded) if recorded else None
+    at = found or (Path(recorded).expanduser() if recorded else None)
+    here = at is not None and (at / CONFIG_FILE).is_file()
+    if given:
+        chosen = Path(given)
+        if not (chosen / CONFIG_FILE).is_file():
+            raise FileNotFoundError(f"--base {given}: no checkpoint folder (no {CONFIG_FILE}); give the folder the "
+                                    f"adapters were trained on ({recorded_base_said(recorded, found)})")
+        if here and not same_checkpoint(chosen, at):
+            raise ValueError(f"--base {given}: not the checkpoint these adapters were trained on, "
+                             f"{recorded_base_said(recorded, found)} (another content); leave --base out, or give a "
+                             "copy of that folder")
+        return chosen
+    if not here:
+        raise FileNotFoundError(f"{adapter}: its recorded base {recorded_base_said(recorded, found)} is no checkpoint "
+                                f"folder here (no {CONFIG_FILE}); put it back, or give --base <a copy of it>")
+    return at
+
+
+def write_base_folder(plan: BasePlan) -> str:
+    """Write ``plan.out`` (module doc); returns how the weights were placed (a key of :data:`HOW`)."""
+    plan.out.parent.mkdir(parents=True, exist_ok=True)
+    aside = Path(tempfile.mkdtemp(prefix=f".{plan.out.name}.", dir=plan.out.parent))
+    try:
+        ways = [_place(f, aside / f.name) for f in plan.weights]
+        shutil.copyfile(plan.step / CONFIG_FILE, aside / CONFIG_FILE)
+        if plan.tokenizer is not None:
+            copy_tokenizer(plan.tokenizer, aside)
+        os.chmod(aside, 0o777 & ~_umask())  # mkdtemp's 0700: another user's evaluation found no folder to read
+        os.rename(aside, plan.out)  # POSIX rename replaces an empty folder
+    except BaseException:
+        shutil.rmtree(aside, ignore_errors=True)  # the half-built folder this call made, nothing else
+        raise
+    return max(ways, key=list(HOW).index)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _place(source: Path, target: Path) -> str:
+    try:
+        os.link(source, target)
+        return "hard links"
+    except OSError:  # another filesystem (EXDEV), or one without hard links
+        pass
+    try:
+        os.symlink(source.resolve(), target)
+        return "symbolic links"
+    except OSError:
+        shutil.copyfile(source, target)
+        return "copies"
+
+
+def main(argv: List[str], prog: str) -> int:
+    """Parse ``argv`` (after ``peft-base``), refuse or write, print the folder and the ``--model_args``."""
+    ap = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], examples=[
+        f"{PEFT_BASE_COMMAND} run/step_3 --out run_step_3_base",
+        'lm-eval run --model hf --model_args pretrained=run_step_3_base,peft=run/step_3/adapter '
+        '--include_path "$(longshort-eval tasks-path)" --tasks longshort_ppl'])
+    ap.add_argument("step", type=user_path, help="a LoRA run's step folder (run/step_<k>), or its adapter/")
+    ap.add_argument("--out", required=True, type=user_path, help="the folder to write (new, or empty)")
+    ap.add_argument("--base", type=user_path, help="the adapters' base where it no longer lies at its recorded path "
+                                                   "(a copy of it)")
+    args = ap.parse_args(argv)
+    plan = refusing(prog, lambda: plan_base_folder(args.step, args.out, args.base))
+    how = refusing(prog, lambda: write_base_folder(plan))
+    tokenizer = f"the tokenizer files of {plan.tokenizer}" if plan.tokenizer else \
+        "no tokenizer (neither folder holds one: add tokenizer=<folder> to --model_args)"
+    print(f"{plan.out}: the weights of {plan.base} as {HOW[how]}, {plan.step / CONFIG_FILE}, {tokenizer}")
+    print(f"--model hf --model_args pretrained={plan.out},peft={plan.adapter}")
+    return 0
