@@ -111,3 +111,9 @@ def test_the_weights_are_symbolic_links_across_filesystems_else_copies(tmp_path,
     assert not os.path.islink(copied) and not os.path.samefile(copied, base / "model.safetensors")
     assert copied.read_bytes() == (base / "model.safetensors").read_bytes()
     _check(tmp_path / "linked", step3 / "adapter")
+
+    monkeypatch.undo()
+    (tmp_path / "empty").mkdir()  # an --out that is a link to an empty folder: written through, the link kept
+    (tmp_path / "via").symlink_to(tmp_path / "empty")
+    assert main([str(step3), "--out", str(tmp_path / "via")], PROG) == 0
+    assert os.path.islink(tmp_path / "via") and (tmp_path / "empty" / "config.json").is_file()

@@ -83,7 +83,7 @@ def plan_base_folder(given: str, out: str, base: Optional[str] = None) -> BasePl
     weights = check_checkpoint_folder(base_dir)  # refuses, naming it, a folder whose weights are missing or torn
     if (base_dir / INDEX_FILE).is_file():
         weights.append(base_dir / INDEX_FILE)
-    target = Path(out)
+    target = Path(out).resolve() if Path(out).is_symlink() else Path(out)  # written through, the link kept
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         state = "is a file" if not target.is_dir() else "exists and is not empty"
         raise FileExistsError(f"--out {out}: {state}; give a new or empty folder (nothing there is replaced)")
