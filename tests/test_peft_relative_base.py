@@ -34,6 +34,16 @@ def _adapter(base_by: str, out: str, merged: str = "") -> None:
         model.merge_and_unload().save_pretrained(merged)
 
 
+def _chained_run(root, monkeypatch) -> None:
+    """Under ``root``: a model ``base``, a LoRA run's step ``run_a/step_2`` trained on it, and ``run_a/chained``, an
+    adapter trained on that step from ``run_a`` (PEFT records 'step_2'); the command then runs in ``run_a``."""
+    monkeypatch.chdir(root)
+    LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 num_key_value_heads=2, intermediate_size=24)).save_pretrained("base")
+    _adapter("base", "", merged="run_a/step_2")
+    monkeypatch.chdir(root / "run_a")
+    _adapter("step_2", "chained")
+
 def test_a_relative_recorded_base_gives_the_same_answer_from_any_folder(tmp_path, monkeypatch):
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     work.mkdir(), elsewhere.mkdir()
@@ -114,12 +124,7 @@ def test_a_folder_of_the_recorded_name_that_no_model_loads_from_is_not_the_recor
     proj = tmp_path / "proj"
     (tmp_path / "step_2").mkdir(), (tmp_path / "step_2" / "notes.txt").write_text("not a model\n")
     (proj / "run_a").mkdir(parents=True)
-    monkeypatch.chdir(proj)
-    LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 num_key_value_heads=2, intermediate_size=24)).save_pretrained("base")
-    _adapter("base", "", merged="run_a/step_2")
-    monkeypatch.chdir(proj / "run_a")
-    _adapter("step_2", "chained")
+    _chained_run(proj, monkeypatch)
     shutil.copytree(proj / "run_a" / "chained", proj / "copies" / "chained")
     with pytest.raises(OSError):  # the reference: no model is loaded from the folder of that name above
         LlamaForCausalLM.from_pretrained(str(tmp_path / "step_2"))
@@ -133,12 +138,7 @@ def test_a_checkpoint_file_that_cannot_be_read_is_refused_as_itself(tmp_path, mo
     import errno
     import shutil
 
-    monkeypatch.chdir(tmp_path)
-    LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 num_key_value_heads=2, intermediate_size=24)).save_pretrained("base")
-    _adapter("base", "", merged="run_a/step_2")
-    monkeypatch.chdir(tmp_path / "run_a")
-    _adapter("step_2", "chained")
+    _chained_run(tmp_path, monkeypatch)
     copy = tmp_path / "copy_a"
     shutil.copytree(tmp_path / "run_a" / "step_2", copy)
     (copy / "model.safetensors").unlink()
