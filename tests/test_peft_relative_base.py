@@ -147,3 +147,27 @@ def test_a_checkpoint_file_that_cannot_be_read_is_refused_as_itself(tmp_path, mo
         check_peft_args(str(copy), str(tmp_path / "run_a" / "chained"))
     assert str(copy / "model.safetensors") in str(e.value) and os.strerror(errno.ENOENT) in str(e.value)
     assert "both would be applied" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_recorded_base_of_a_rope_type_this_project_does_not_read_is_still_compared(tmp_path, monkeypatch):
+    """A chained adapter whose recorded base (run_a/step_2) carries a RoPE type transformers runs and this project's
+    table does not ('proportional'), given on another LoRA run's step, was answered with that folder's RoPE refusal
+    ("rope type 'proportional' is not supported") instead of the real answer: another model, so both would be
+    applied. The reference: transformers' own table of RoPE types, and the two folders' weights (not equal)."""
+    from safetensors.torch import load_file
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    _chained_run(tmp_path, monkeypatch)
+    step = tmp_path / "run_a" / "step_2"
+    config = json.loads((step / "config.json").read_text())
+    config.pop("rope_parameters", None)
+    config["rope_scaling"] = {"rope_type": "proportional", "factor": 2.0}
+    (step / "config.json").write_text(json.dumps(config))
+    monkeypatch.chdir(tmp_path)
+    _adapter("base", "", merged="run_b/step_2")  # another LoRA run's step
+    assert "proportional" in ROPE_INIT_FUNCTIONS  # a type --model hf may run
+    weights = [load_file(str(d / "model.safetensors")) for d in (tmp_path / "run_b" / "step_2", step)]
+    assert any(not w.equal(weights[1][k]) for k, w in weights[0].items())  # another model than the recorded base
+    with pytest.raises(ValueError) as e:
+        check_peft_args(str(tmp_path / "run_b" / "step_2"), str(tmp_path / "run_a" / "chained"))
+    assert "both would be applied" in str(e.value) and "proportional" not in str(e.value)

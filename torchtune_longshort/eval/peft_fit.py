@@ -16,8 +16,7 @@ import os
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from torchtune_longshort.models.family_builders import UnsupportedModelError
-from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, CheckpointFolder
+from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, CheckpointFolder, located_weight_files, read_hf_config
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."
@@ -180,14 +179,18 @@ def same_checkpoint(base: Path, other: Path) -> bool:
     (:meth:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder.content_digest`: a copy). ``base``: a
     ``--model_args pretrained=``, ``other``: an adapter's recorded base. A file of either that cannot be read (a
     weight file cut short, a link to nothing, a folder where ``config.json`` belongs) is refused as itself, naming
-    it (told before as "these adapters were trained on <other> ..., so both would be applied"); a family this
-    project's table does not know (``--model hf`` may still load it) is compared by the folder alone."""
+    it (told before as "these adapters were trained on <other> ..., so both would be applied"); a folder this
+    project does not read otherwise (a family or RoPE type its table lacks: ``--model hf`` may still load it) is
+    compared by the folder alone (its refusal was told before instead of the answer)."""
     if base.resolve() == other.resolve():
         return True
+    fields = ((base, "--model_args pretrained"), (other, "base_model_name_or_path"))
     try:
-        digests = [CheckpointFolder.open(folder, field=field).content_digest()
-                   for folder, field in ((base, "--model_args pretrained"), (other, "base_model_name_or_path"))]
-    except (UnsupportedModelError, KeyError, TypeError):
+        digests = [CheckpointFolder.open(folder, field=field).content_digest() for folder, field in fields]
+    except (ValueError, KeyError, TypeError):
+        for folder, field in fields:  # unless a file of either cannot be read: that is refused as itself
+            read_hf_config(folder, field)
+            located_weight_files(folder.expanduser().resolve())
         return False
     return digests[0] == digests[1]
 

@@ -88,7 +88,8 @@ def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> D
         raise ValueError(f"{path}: not valid JSON ({e}): copy or convert the checkpoint again") from None
 
 
-def _weight_files(d: Path) -> List[Path]:
+def located_weight_files(d: Path) -> List[Path]:
+    """The weight files transformers reads from the folder ``d``, each header read (:func:`readable_weights`)."""
     index = d / INDEX_FILE
     if index.is_file():
         try:
@@ -136,7 +137,7 @@ def folder_fingerprint(path: PathLike) -> Optional[str]:
     if not (d / CONFIG_FILE).is_file():
         return None
     try:
-        return _fingerprint(d, _weight_files(d))
+        return _fingerprint(d, located_weight_files(d))
     except (OSError, ValueError):
         return None
 
@@ -223,7 +224,7 @@ class CheckpointFolder:
         check_hf_config_consistent(config, where=str(d / CONFIG_FILE), hf_rope_types=family.hf_rope_types)
         check_rope_base(config, d / CONFIG_FILE)
         check_max_position_embeddings(config, d / CONFIG_FILE)
-        files = _weight_files(d)
+        files = located_weight_files(d)
         spec = rope_spec_from_hf_config(config, where=str(d / CONFIG_FILE))
         check_rope_side_file(d, (spec or {}).get("method"), f"checkpoint {str(d)!r}")
         written_here = bool(config.get(FORMAT_KEY))
