@@ -179,6 +179,24 @@ def test_a_max_batch_size_below_one_is_refused_naming_the_flag_before_any_model_
             assert out[out.index("--max_batch_size") + 1] == good
 
 
+@pytest.mark.parametrize("model", ["hf", "longshort"])
+def test_a_max_batch_size_in_model_args_that_is_no_whole_number_is_refused_naming_what_was_typed(model):
+    # `--model_args max_batch_size=abc` went on as `--max_batch_size abc`: hf's run said "argument --max_batch_size:
+    # invalid int value: 'abc'", naming a flag the user did not type
+    from torchtune_longshort.eval.cli_argv import _run_actions
+    from torchtune_longshort.eval.cli_run import lm_eval_argv
+
+    takes = next(a.type for a in _run_actions() if "--max_batch_size" in a.option_strings)  # lm-eval's own reading
+    for bad in ("abc", "2.5"):
+        with pytest.raises(ValueError):
+            takes(bad)
+        with pytest.raises(ValueError) as e:
+            lm_eval_argv(["run", "--model", model, "--tasks", "longshort_ppl",
+                          "--model_args", f"pretrained=/nonexistent,max_batch_size={bad}"])
+        line = str(e.value)
+        assert line.startswith(f"--model_args max_batch_size={bad} ") and "1 or more" in line and "\n" not in line
+
+
 def test_a_batch_size_hf_takes_but_the_longshort_model_does_not_is_refused_naming_the_flag():
     # `--batch_size auto:2.5` passed the flag's check (hf reads N by float) and the longshort model then refused it
     # naming its own argument, `batch_size='auto:2.5' is not accepted: ...`; `auto:inf` passed too, for every model

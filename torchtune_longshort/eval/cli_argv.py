@@ -183,13 +183,14 @@ def check_max_batch_size(value: Optional[str], given_as: str) -> None:
 
 
 def _check_at_least(value: Optional[str], least: int, given_as: str, flag: str) -> None:
-    """A whole number ``value`` below ``least`` refused in one line starting with ``given_as``, saying what ``flag``
-    takes (:data:`TAKES`); a value that is no whole number is left to :func:`check_option_values`."""
+    """A ``value`` that is no whole number (lm-eval's ``int``), or one below ``least``, refused in one line starting
+    with ``given_as``, saying what ``flag`` takes (:data:`TAKES`): ``--model_args max_batch_size=abc``, which goes on
+    as the flag, was refused by lm-eval's parser as "argument --max_batch_size: invalid int value: 'abc'"."""
     try:
-        below = value is not None and int(value) < least
+        ok = value is None or int(value) >= least
     except ValueError:
-        return  # check_option_values says what it takes
-    if below:
+        ok = False
+    if not ok:
         raise ValueError(f"{given_as} is not accepted: {TAKES[flag]}")
 
 
