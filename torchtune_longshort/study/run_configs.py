@@ -55,8 +55,9 @@ def made_by_a_study(out: Path) -> bool:
 
 def check_study_output(out: Path, report_only: bool) -> None:
     """The output folder a study may write into: new, empty (a lock a killed start left aside), or one a study made
-    (:func:`made_by_a_study`); nothing it writes (base/, runs/, study.json, ...) lands among a user's files. ``report_only`` writes nothing there, but must find runs to
-    report (``base/`` or ``runs/``): a report of nothing, from a mistyped folder, helps no one."""
+    (:func:`made_by_a_study`); nothing it writes (base/, runs/, study.json, ...) lands among a user's files.
+    ``report_only`` writes nothing there, but must find runs to report (``base/`` or ``runs/``): a report of nothing,
+    from a mistyped folder, helps no one."""
     out = Path(out)
     if report_only:
         if not made_by_a_study(out) and (out / "report.md").is_file() and (out / "summary.json").is_file():
