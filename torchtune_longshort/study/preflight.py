@@ -60,7 +60,8 @@ from torchtune_longshort.eval.tasks.babilong.haystack import LENGTHS, load_token
 from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, check_prompt_style
 from torchtune_longshort.eval.tasks.babilong.stories import make_story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
-from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS, TaskTokenizer, flag
+from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS, flag
+from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
 from torchtune_longshort.made_folders import folder_beside

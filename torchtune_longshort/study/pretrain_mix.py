@@ -22,7 +22,7 @@ import random
 from typing import Iterator, List, Optional
 
 from torchtune_longshort.data.corpus import Documents, stdlib
-from torchtune_longshort.eval.tasks.common.long_text import TaskTokenizer
+from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer
 from torchtune_longshort.eval.tasks.passkey.task import DEFAULT_DEPTHS, haystack_units, make_passkey_sample
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 from torchtune_longshort.models.tokenizer_formats import has_tokenizer

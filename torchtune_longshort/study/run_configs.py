@@ -24,7 +24,7 @@ from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.grid import Run, merged
 from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe_config
 from torchtune_longshort.training.recipe_config.inputs import folders_apart, input_paths
-from torchtune_longshort.training.recipe_config.rules import check_checkpoint_dimensions
+from torchtune_longshort.training.recipe_config.model_match import check_checkpoint_dimensions
 from torchtune_longshort.training.output_aside import LOCK
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.report.results_io import load_results
-from torchtune_longshort.output_guard import atomic_write_text, missing_root
+from torchtune_longshort.made_folders import missing_root
+from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.study.stop import StudySignal, ends_with_study, received, running
 from torchtune_longshort.training.checkpointing import STEP_PATTERN
 from torchtune_longshort.training.metrics import metric_lines
