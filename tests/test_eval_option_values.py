@@ -223,8 +223,10 @@ def test_a_batch_size_hf_takes_but_the_longshort_model_does_not_is_refused_namin
     every = _hf_batch_size("auto:inf")[1]
     with pytest.raises(ZeroDivisionError):
         3 // int(12 / every)  # the reference: hf's _batch_scheduler, pos // int(len(requests) / N)
+    assert every > 0  # a positive number by Python's reading: what the refusal says N is must leave it out
     for model in ("hf", "longshort"):
-        with pytest.raises(ValueError, match=r"^--batch_size auto:inf: give a whole number"):
+        with pytest.raises(ValueError, match=r"^--batch_size auto:inf: give a whole number") as e:
             run(model, "--model_args", "pretrained=/nonexistent", "--batch_size", "auto:inf")
+        assert "N a finite positive number" in str(e.value)  # was "N a positive number", which inf is
     batch_sizes("auto:4", None)
     run("hf", "--model_args", "pretrained=/nonexistent", "--batch_size", "auto:4")

@@ -270,7 +270,7 @@ def test_batch_size_auto_runs_and_its_results_record_it(tiny_llama2_dir, sp_toke
     # auto:0 and auto:x are the flag's (9b60e56: refused by the command line, naming --batch_size, before the model);
     # max_batch_size 0 too (leftalone46, naming --max_batch_size)
     for extra, needle in [(["--batch_size", "auto:0"], "--batch_size auto:0: give a whole number (e.g. 8), auto, or "
-                                                       "auto:N (N a positive number"),
+                                                       "auto:N (N a finite positive number"),
                           (["--batch_size", "auto:x"], "--batch_size auto:x: give a whole number"),
                           (["--batch_size", "auto", "--max_batch_size", "0"], "--max_batch_size 0 is not accepted: "
                                                                               "give a whole number, 1 or more")]:

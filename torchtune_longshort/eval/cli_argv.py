@@ -78,8 +78,8 @@ TAKES = {
     "--samples": "give a JSON object of task names to document indices, e.g. --samples '{\"longshort_ppl\": [0, 1]}' "
                  "(double quotes inside, single outside)",
     "--fewshot_as_multiturn": "give true or false (lm-eval reads any word but true, 1 or yes as false)",
-    "--batch_size": "give a whole number (e.g. 8), auto, or auto:N (N a positive number: auto-tune N times), as "
-                    "lm-eval takes them",
+    "--batch_size": "give a whole number (e.g. 8), auto, or auto:N (N a finite positive number: auto-tune N "
+                    "times), as lm-eval takes them",
 }
 _BOOLEAN_WORDS = ("true", "1", "yes", "false", "0", "no")
 # an example of each key=value option's JSON spelling (lm-eval's "Invalid JSON: {x. Hint: ..." named no option); a
