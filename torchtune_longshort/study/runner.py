@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, read_json
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
@@ -152,7 +153,8 @@ class Study(RunStages):
                 raise StudyInterrupted(f"{key} stopped at {stage} ({said})", getattr(e, "signum", 0)) from e
             # recorded, and the grid goes on
             rec["status"], rec["stage"] = "failed", getattr(e, "stage", stage)
-            rec["error"] = e.message if isinstance(e, StageError) else str(e)  # its stage is rec["stage"]: said once
+            rec["error"] = e.message if isinstance(e, StageError) else \
+                out_of_space_line(e) if is_out_of_space(e) else str(e)  # its stage is rec["stage"]: said once
             rec["log_tail"] = getattr(e, "log_tail", "") or traceback.format_exc(limit=5)
             self.log(f"[study] {key}: FAILED at {rec['stage']}: {rec['error']}")
         self._write_result(res_path, rec, t0)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.disk_space import naming
 from torchtune_longshort.eval.report.results_io import load_results
 from torchtune_longshort.made_folders import missing_root
 from torchtune_longshort.output_guard import atomic_write_text
@@ -210,9 +211,11 @@ def run_stage(executor: Callable[..., int], stage: str, argv: Sequence[str], log
               env: Dict[str, str], timeout: Optional[float]) -> int:
     """``executor(argv, ...)``'s exit code for ``stage``; a stop of it told by the stage's program's name
     (:data:`PROGRAMS`), the name :func:`exit_words` tells its failure by ('recipe stopped by SIGINT (exit 130)' as
-    'recipe killed by SIGKILL', not 'tune stopped by ...')."""
+    'recipe killed by SIGKILL', not 'tune stopped by ...'). A full disk met writing the stage's log (its flush says
+    only "No space left on device") is raised naming ``log_path`` (:func:`~torchtune_longshort.disk_space.naming`)."""
     try:
-        return executor(argv, log_path, cwd, env, timeout)
+        with naming(log_path):
+            return executor(argv, log_path, cwd, env, timeout)
     except StudyInterrupted as e:
         raise e.named(PROGRAMS[stage]) from None
 
