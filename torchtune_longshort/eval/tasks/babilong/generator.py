@@ -44,6 +44,7 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported 
                                                          refuse_inside_model, tokenizer_input)
     from torchtune_longshort.config.values import check_creatable
     from torchtune_longshort.file_locks import flock_named
+    from torchtune_longshort.made_folders import missing_root, remove_made_folders
     from torchtune_longshort.eval.tasks.babilong.haystack import (
         DEPTHS,
         GLOB_EXAMPLE,
@@ -181,10 +182,34 @@ def generate(
         from torchtune_longshort.eval.tasks.babilong.prompt import task_prompt
 
         prompts = {qa: task_prompt(qa, prompt) for qa in qa_tasks}
-    with contextlib.closing(bar):  # closed before a failure's line, which would else end up on the bar's
+    with contextlib.closing(bar), _taken_back(out, lengths):  # the bar closed before a failure's line
         for length in lengths:
             _write_length(out, length, qa_tasks, depths, n, lines, count_tokens, seed, prompts, bar, paths)
     return paths
+
+
+@contextlib.contextmanager
+def _taken_back(out: Path, lengths: Sequence[str]) -> Iterator[None]:
+    """The block that writes the rows; when it fails (a full disk, Ctrl-C) what this run made and left empty is taken
+    back: the length folders, ``out`` and the parents it made (:func:`remove_made_folders`), and the :data:`WRITTEN`
+    list when this run created it and no name is left on it. A folder or list that was there before stays."""
+    made_root, had_list = missing_root(out), os.path.lexists(out / WRITTEN)
+    new = [Path(os.path.abspath(out / n)) for n in dict.fromkeys(lengths) if not os.path.lexists(out / n)]
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if not had_list and os.path.isfile(out / WRITTEN):
+                fd, _ = flock_named(out / WRITTEN, os.O_RDONLY)  # another run writing there may have listed a name
+                try:
+                    if not read_names(out / WRITTEN):  # [] or the empty file the flock made
+                        os.unlink(out / WRITTEN)
+                finally:
+                    os.close(fd)
+            for folder in new:
+                remove_made_folders(folder, folder)  # only when empty
+            remove_made_folders(out, made_root)
+        raise
 
 
 def stream_seed(seed: int, qa: str, length: str, depth: Optional[int]) -> str:
