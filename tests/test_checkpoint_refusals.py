@@ -165,6 +165,11 @@ def test_weights_that_do_not_fit_the_model_are_refused_before_fsdp_loads_them(tm
     assert len(reached) == 1
 
 
+LLAMA_CONFIG = {  # a small Llama's config.json, as a converted folder holds beside its weights
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 256, "rope_theta": 10000.0, "rms_norm_eps": 1e-5}
+
 
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
 def test_a_folder_where_a_checkpoint_file_should_be_is_named_as_a_folder(tmp_path, name):
@@ -178,13 +183,25 @@ def test_a_folder_where_a_checkpoint_file_should_be_is_named_as_a_folder(tmp_pat
     folder = tmp_path / "folder"
     folder.mkdir()
     if name == "model.safetensors":  # a Llama's config beside it, as a converted folder holds
-        (folder / "config.json").write_text(json.dumps({
-            "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 512, "hidden_size": 64,
-            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "max_position_embeddings": 256, "rope_theta": 10000.0, "rms_norm_eps": 1e-5}))
+        (folder / "config.json").write_text(json.dumps(LLAMA_CONFIG))
     (folder / name).mkdir()
     if name == "model.safetensors":
         with pytest.raises(Exception):
             safe_open(str(folder / name), framework="pt")
     with pytest.raises(type(OSError(errno.EISDIR, "")), match=rf"{name}' is a folder, not a file"):
+        check_checkpoint_folder(folder)
+
+
+def test_a_shard_the_index_names_that_is_a_folder_is_named_as_a_folder(tmp_path):
+    """A shard that model.safetensors.index.json names and that is a folder was said to be "missing" (the single
+    file case says "is a folder, not a file"). Reference: the error class Python's own open of the folder raises."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    shard = "model-00001-of-00001.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": shard}}))
+    (folder / shard).mkdir()
+    with pytest.raises(OSError) as opened:
+        open(folder / shard, "rb")
+    with pytest.raises(type(opened.value), match=rf"{shard}' is a folder, not a file"):
         check_checkpoint_folder(folder)

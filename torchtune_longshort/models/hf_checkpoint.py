@@ -97,7 +97,7 @@ def located_weight_files(d: Path) -> List[Path]:
         except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise ValueError(f"{index}: not a safetensors index (expected JSON with a 'weight_map'): {e}") from None
         names = sorted(set(weight_map.values()))
-        missing = [n for n in names if not (d / n).is_file()]
+        missing = [n for n in names if not (d / n).exists()]  # a folder: named as one by readable_weights
         if missing:
             raise FileNotFoundError(f"checkpoint {str(d)!r}: {index.name} names shard(s) {missing} that are missing")
         return readable_weights([d / n for n in names])
