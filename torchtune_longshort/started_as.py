@@ -40,3 +40,12 @@ def _python_m() -> str:
             module = m.group(1) or (args[i + 1] if i + 1 < len(args) else "")
             return f"python -m {module or PACKAGE}"
     return f"python -m {PACKAGE}"
+
+
+def command_name(script: str, module: str) -> str:
+    """The name a command's lines go by once it runs: ``python -m <module>`` as typed (``sys.orig_argv``) when this
+    process runs ``module`` or a module inside it as ``__main__``, else ``script``, its console script's name; as
+    argparse takes ``prog`` from ``sys.argv[0]`` (an import by other code, a test's call: ``script``)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = re.sub(r"\.__main__$", "", getattr(spec, "name", None) or "")
+    return _python_m() if name == module or name.startswith(module + ".") else script

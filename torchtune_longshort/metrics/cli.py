@@ -36,8 +36,9 @@ from pathlib import Path
 
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
                                           stopped_while_importing, user_path)
+from torchtune_longshort.started_as import command_name
 
-PROG = "longshort-misalignment"
+PROG = "longshort-misalignment"  # as a console script; as `python -m ...`, that command (:func:`_prog`)
 
 with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
     from torchtune_longshort._quiet import quiet_upstream
@@ -99,15 +100,22 @@ def documents_for(data: str, text_field: str, split: str, skip_bad_records: bool
 def main(argv=None) -> int:
     """The command; bad input (an argument, the checkpoint folder, the data, the device) is refused in one line
     (:mod:`torchtune_longshort.refusals`)."""
-    return stoppable(PROG, lambda: refusing(PROG, lambda: _main(argv)),
+    prog = _prog()
+    return stoppable(prog, lambda: refusing(prog, lambda: _main(argv)),
                      "no result is written (it is written when every sample is scored); run it again")
 
 
+def _prog() -> str:
+    """The command's name in its lines: as it was started (:func:`~torchtune_longshort.started_as.command_name`)."""
+    return command_name(PROG, "torchtune_longshort.metrics.cli")
+
+
 def _parser() -> ArgumentParser:
-    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], examples=[
-        f"{PROG} --checkpoint-dir outputs/tiny_longshort_stdlib/step_60 --data stdlib --length 256 "
+    prog = _prog()
+    ap = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], examples=[
+        f"{prog} --checkpoint-dir outputs/tiny_longshort_stdlib/step_60 --data stdlib --length 256 "
         "--output misalignment.json",
-        f"{PROG} --checkpoint-dir CKPT --data /data/books.jsonl --text-field text --length 4k --num-samples 50"])
+        f"{prog} --checkpoint-dir CKPT --data /data/books.jsonl --text-field text --length 4k --num-samples 50"])
     # type=user_path: `--checkpoint-dir=~/ckpt` (no shell expands a tilde after "=") was refused as not a directory
     ap.add_argument("--checkpoint-dir", required=True, type=user_path, help="Hugging Face-format checkpoint folder")
     ap.add_argument("--tokenizer", default=None, type=user_path,
@@ -194,7 +202,7 @@ def _open_checkpoint(args, ap: ArgumentParser) -> OpenedCheckpoint:
     for note in (opened.override_note, factor_one,
                  opened.verdict.message if opened.verdict.extrapolated else None):
         if note:
-            print(f"{PROG}: note: {note}", file=sys.stderr)
+            print(f"{_prog()}: note: {note}", file=sys.stderr)
     return opened
 
 
@@ -234,7 +242,7 @@ def _check_output(args) -> None:
         except (OSError, ValueError):
             earlier = None
         if not (isinstance(earlier, dict) and all(k in earlier for k in RESULT_KEYS)):
-            raise FileExistsError(f"--output={path!r} exists and is not an earlier result of {PROG}: refusing to "
+            raise FileExistsError(f"--output={path!r} exists and is not an earlier result of {_prog()}: refusing to "
                                   "overwrite it; name another file, or move that one away")
     inputs = [(name, p) for name, p in (("--checkpoint-dir", args.checkpoint_dir), ("--data", args.data),
                                          ("--tokenizer", args.tokenizer and tokenizer_input(args.tokenizer)))

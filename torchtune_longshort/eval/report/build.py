@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
                                           stopped_while_importing, user_path)
+from torchtune_longshort.started_as import command_name
 
 with stopped_while_importing(__name__):  # Ctrl-C while torch is imported (seconds): one line, exit 130
     from torchtune_longshort.config.inside_input import refuse_inside_input
@@ -365,9 +366,10 @@ def stopped_line(out_dir: Path) -> str:
 @quiet_when_the_reader_leaves
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
-    ap = ArgumentParser(prog="longshort-eval-report", description=__doc__.split("\n")[0], examples=[
-        "longshort-eval-report results/base results/ours --labels base,ours --out report/",
-        "longshort-eval-report results/hf_res.json results/ls_res.json --out report/   # --output_path <name>.json"])
+    prog = command_name("longshort-eval-report", "torchtune_longshort.eval.report")  # as started
+    ap = ArgumentParser(prog=prog, description=__doc__.split("\n")[0], examples=[
+        f"{prog} results/base results/ours --labels base,ours --out report/",
+        f"{prog} results/hf_res.json results/ls_res.json --out report/   # --output_path <name>.json"])
     ap.add_argument("results_dirs", nargs="+", type=Path,
                     help="lm-eval --output_path folders or <name>.json as given, or results files (<name>_<date>.json "
                          "of an --output_path <name>.json, results_<date>.json), one per run")
