@@ -4,7 +4,8 @@ A model of a few million parameters pre-trained on code alone never learns the p
 column of a study would be 0 for every checkpoint and say nothing about length generalization. Here every
 standard-library document is followed by ``passkeys_per_document`` complete passkey prompts *with their answer*
 (``... What is the pass key? The pass key is 51234.``), each fitting ``max_tokens`` tokens: the pre-training length
-L0. The prompt is :mod:`torchtune_longshort.eval.tasks.passkey.task`'s own (same instruction, needle, question and haystack),
+L0. The prompt is :mod:`torchtune_longshort.eval.tasks.passkey.task`'s own (same instruction, needle, question and
+haystack),
 so the task the model learns at L0 is exactly the one evaluated at 2-16x L0; only the distance between the needle
 and the question grows. Keys are drawn from ``seed`` and never depend on the evaluation's keys.
 
@@ -48,7 +49,8 @@ class PasskeyMix:
         try:  # refuse now, not at the first document, a length the prompt alone does not fit
             self.passkey_document(random.Random(0))
         except TaskDataError as err:
-            raise ValueError(f"max_tokens={max_tokens} is too short for this tokenizer's passkey prompt: {err}") from None
+            raise ValueError(
+                f"max_tokens={max_tokens} is too short for this tokenizer's passkey prompt: {err}") from None
 
     def passkey_document(self, rng: random.Random) -> str:
         """One prompt with its answer, at most ``max_tokens`` tokens (BOS counted), the needle at a random depth."""

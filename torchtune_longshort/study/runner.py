@@ -16,7 +16,8 @@ Layout under ``output_dir``::
 Skip / resume: a run whose ``result.json`` says ``ok`` for the same spec is skipped. Otherwise training continues
 from the recipe's newest ``step_<k>`` (``resume=True``) or is skipped when ``step_<max_steps>`` exists, unless the
 run's ``recipe.yaml`` changed since (then it trains again from step 0); lm-eval is skipped when its results hold every
-task and ``eval_spec.json`` says they are of this checkpoint and spec (else ``eval/`` is replaced). A failed run (non-zero exit, NaN loss, missing output) is
+task and ``eval_spec.json`` says they are of this checkpoint and spec (else ``eval/`` is replaced). A failed run
+(non-zero exit, NaN loss, missing output) is
 recorded with ``status: failed``, its stage and the tail of its log, and the grid goes on.
 """
 

@@ -262,7 +262,8 @@ def train_summary(train_dir: Path, last: int = 10) -> Dict[str, Any]:
     if not rows:
         return {}
     tail = rows[-last:]
-    out = {"steps": rows[-1].get("step"), "final": {k: rows[-1][k] for k in ("loss", "ce", "misalignment") if k in rows[-1]}}
+    out = {"steps": rows[-1].get("step"),
+           "final": {k: rows[-1][k] for k in ("loss", "ce", "misalignment") if k in rows[-1]}}
     out[f"mean_last_{len(tail)}"] = {k: sum(r[k] for r in tail) / len(tail) for k in ("loss", "ce", "misalignment")
                                      if all(k in r for r in tail)}
     val = [(r["step"], r["val_ce"]) for r in _last_per_step(r for r in all_rows if "val_ce" in r)]

@@ -47,7 +47,8 @@ def main(argv=None) -> int:
                    "--repo-root)")
     p.add_argument("--report-dir", default=None, type=user_path, help="report folder (default: <out>/report)")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from existing cells")
-    p.add_argument("--note", default="", type=utf8_text, help="a paragraph put under the verdict in report.md (e.g. the machine)")
+    p.add_argument("--note", default="", type=utf8_text,
+                   help="a paragraph put under the verdict in report.md (e.g. the machine)")
     p.add_argument("--repo-root", default=".", type=user_path,
                    help="folder relative paths are resolved against (default: the working directory)")
     a = p.parse_args(argv)

