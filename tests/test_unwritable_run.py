@@ -114,9 +114,10 @@ def test_a_run_folder_made_read_only_mid_run_ends_at_the_next_save_in_one_line(
 
     import torchtune_longshort.recipes.longshort_finetune as recipe_module
     from torchtune_longshort.config.values import UnwritablePath
+    from torchtune_longshort.training import recipe_checkpoints  # the save's own module (training/recipe_saving.py)
 
     out = tmp_path / "out"
-    stage, unlink = recipe_module.recipe_checkpoints.stage_step, pathlib.Path.unlink
+    stage, unlink = recipe_checkpoints.stage_step, pathlib.Path.unlink
     read_only = {"now": False}
 
     def refused_when_read_only(staged, *args, **kwargs):
@@ -130,7 +131,7 @@ def test_a_run_folder_made_read_only_mid_run_ends_at_the_next_save_in_one_line(
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return unlink(path, *args, **kwargs)
 
-    monkeypatch.setattr(recipe_module.recipe_checkpoints, "stage_step", refused_when_read_only)
+    monkeypatch.setattr(recipe_checkpoints, "stage_step", refused_when_read_only)
     monkeypatch.setattr(pathlib.Path, "unlink", lock_kept)
     run = recipe_module.LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=2,
                                                          batch_size=2, save_every_n_steps=1))
