@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import List, NamedTuple, Optional
 
@@ -34,6 +33,7 @@ from torchtune_longshort.models.hf_rope import not_representable_method
 from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, PEFT_BASE_COMMAND
 from torchtune_longshort.models.tokenizer_formats import has_tokenizer
+from torchtune_longshort.made_folders import folder_beside
 from torchtune_longshort.output_guard import read_json
 from torchtune_longshort.refusals import ArgumentParser, refusing, user_path
 
@@ -119,25 +119,17 @@ def _base(adapter: Path, given: Optional[str]) -> Path:
 
 def write_base_folder(plan: BasePlan) -> str:
     """Write ``plan.out`` (module doc); returns how the weights were placed (a key of :data:`HOW`)."""
-    plan.out.parent.mkdir(parents=True, exist_ok=True)
-    aside = Path(tempfile.mkdtemp(prefix=f".{plan.out.name}.", dir=plan.out.parent))
+    aside = folder_beside(plan.out, "peft_base")  # a plain mkdir's mode; a killed run's day-old one removed
     try:
         ways = [_place(f, aside / f.name) for f in plan.weights]
         shutil.copyfile(plan.step / CONFIG_FILE, aside / CONFIG_FILE)
         if plan.tokenizer is not None:
             copy_tokenizer(plan.tokenizer, aside)
-        os.chmod(aside, 0o777 & ~_umask())  # mkdtemp's 0700: another user's evaluation found no folder to read
         os.rename(aside, plan.out)  # POSIX rename replaces an empty folder
     except BaseException:
         shutil.rmtree(aside, ignore_errors=True)  # the half-built folder this call made, nothing else
         raise
     return max(ways, key=list(HOW).index)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _place(source: Path, target: Path) -> str:
