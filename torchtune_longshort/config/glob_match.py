@@ -24,32 +24,37 @@ STAR = object()  # a run of anything: ``*`` in a name, ``**`` among a path's nam
 
 def glob_files(pattern: Union[str, Path]) -> List[Path]:
     """The files a data glob ``pattern`` names, sorted, as every reader of the project expands it
-    (:func:`~torchtune_longshort.data.file_paths.resolve_files`)."""
+    (:func:`~torchtune_longshort.data.file_paths.resolve_files`). Below the pattern's fixed head no link to a folder
+    is followed, as ``datasets``' ``data_files`` and a folder walk read them (``books/*/*.txt`` leaves out
+    ``books/link/c.txt``, ``books/link -> ../elsewhere``): glob.glob followed them, so two links to one folder, or a
+    link beside its target, read each of its files twice, and a link loop read them over and over. A link in the
+    head (``data/*.txt``, ``data -> /mnt/data``) and a link to a file are followed, as ``datasets`` follows them."""
     pattern = str(Path(pattern).expanduser())
-    deep = RECURSIVE and "**" in Path(pattern).parts
-    matches = sorted(_deep_glob(pattern) if deep else glob.glob(pattern))
-    return [Path(f) for f in matches if Path(f).is_file()]
+    parts = Path(pattern).parts
+    head = next((k for k, part in enumerate(parts) if glob.has_magic(part)), len(parts))
+    if RECURSIVE and "**" in parts:
+        matches = _deep_glob(pattern)
+    else:  # each name of a match stands for one of the pattern's: a link among its folders below the head is left
+        matches = [f for f in glob.glob(pattern) if not any(
+            os.path.islink(os.path.join(*parts[:head], *Path(f).parts[head:k + 1]))
+            for k in range(head, len(parts) - 1))]
+    return [Path(f) for f in sorted(matches) if Path(f).is_file()]
 
 
 def _deep_glob(pattern: str) -> List[str]:
-    """``glob.glob(pattern, recursive=True)`` but once around a link loop at most: glob follows a link to a folder
-    above it (``books/sub/loop -> ..``) until the path no longer resolves, ``a.txt`` read 41 times over, and two
-    such links never ended. The folders below the pattern's fixed head are walked (links followed, as glob does, but
-    none into a folder the path already passed) and each file's names matched against the pattern's, a hidden name
-    only by a pattern name starting with a dot, as glob reads them. A folder no match can lie below is not walked,
-    as glob lists none (``**/*.md`` beside a ``.venv/`` walked its 60,000 files, 11 s where glob took 0.06 s, and
-    ``data*/**/*.txt`` every folder beside ``data*``)."""
+    """``glob.glob(pattern, recursive=True)`` without following a link to a folder below the pattern's fixed head
+    (:func:`glob_files`). The folders below the head are walked and each file's names matched against the
+    pattern's, a hidden name only by a pattern name starting with a dot, as glob reads them. A folder no match can
+    lie below is not walked, as glob lists none (``**/*.md`` beside a ``.venv/`` walked its 60,000 files, 11 s where
+    glob took 0.06 s, and ``data*/**/*.txt`` every folder beside ``data*``)."""
     parts = Path(pattern).parts
     head = next(k for k, part in enumerate(parts) if glob.has_magic(part))
     base, rest = os.path.join(".", *parts[:head]), tuple(STAR if p == "**" else p for p in parts[head:])
     shown = lambda n: not (isinstance(n, str) and n.startswith("."))  # noqa: E731  (what a ** takes)
-    chains, found = {base: {os.path.realpath(base)}}, []
-    for root, dirs, files in os.walk(base, followlinks=True):
-        chain = chains.pop(root)
+    found = []
+    for root, dirs, files in os.walk(base):  # followlinks=False: a link to a folder is listed, never entered
         below = Path(os.path.relpath(root, base)).parts  # () at the base
-        dirs[:] = [d for d in dirs if os.path.realpath(os.path.join(root, d)) not in chain
-                   and _meet(rest, (*below, d, STAR), _glob_name, shown)]  # a match may lie below
-        chains.update({os.path.join(root, d): chain | {os.path.realpath(os.path.join(root, d))} for d in dirs})
+        dirs[:] = [d for d in dirs if _meet(rest, (*below, d, STAR), _glob_name, shown)]  # a match may lie below
         for name in files:
             names = Path(os.path.relpath(os.path.join(root, name), base)).parts
             if _meet(rest, names, _glob_name, shown):
