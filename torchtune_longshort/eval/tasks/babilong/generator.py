@@ -256,7 +256,7 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines: _Repl
     for qa in qa_tasks:
         bar.set_postfix_str(f"{length} {qa}", refresh=False)
         path = out / length / f"{qa}.jsonl"
-        listed = _record(out, f"{length}/{qa}.jsonl")  # listed before it exists: a killed run's part is its own
+        written = None  # the file this run wrote, once whole
         try:  # written aside (an earlier file stays whole until this one is); a full disk removes the part
             with atomic_open(path, "w", tmp=path.with_name(f".{path.name}.partial"), encoding="utf-8") as f:
                 for depth in plan:
@@ -266,10 +266,11 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines: _Repl
                                            prompts.get(qa))
                         f.write(json.dumps(row, ensure_ascii=False) + "\n")
                         bar.update(1)
-        except BaseException:  # Ctrl-C, a full disk: a name this run listed and never wrote is taken off the list
-            if listed and not os.path.lexists(path):  # (a file of the user's put there later was then overwritten)
-                _record(out, f"{length}/{qa}.jsonl", add=False)
-            raise
+                written = os.fstat(f.fileno())
+        finally:  # listed once in place (a Ctrl-C just after the rename too): listed before, a run killed (SIGKILL)
+            # in between left a name with no file, and the next run overwrote a file of the user's put there
+            if written is not None and os.path.lexists(path) and os.path.samestat(os.lstat(path), written):
+                _record(out, f"{length}/{qa}.jsonl")
         paths.append(path)
 
 
