@@ -16,7 +16,9 @@ transformers follows), else copies. ``config.json`` and the tokenizer files are 
 does not change this folder's). Refused in one line, before anything is written: a STEP without ``adapter/``, a base
 not found, an ``--out`` that exists and is not empty, a RoPE transformers cannot run (CLEX, EABF), a QLoRA run's
 adapters (trained on the quantized base: PEFT on the full-precision weights is another model). The folder is built
-aside in ``--out``'s parent and renamed into place; nothing is ever deleted but that half-built folder.
+aside in ``--out``'s parent and renamed into place (an empty ``--out`` is kept, its mode with it: the files are moved
+into it); where writing fails, only what this call made is removed (that half-built folder, the files it moved, the
+parents it made for ``--out``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from torchtune_longshort.models.hf_rope import not_representable_method
 from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, PEFT_BASE_COMMAND
 from torchtune_longshort.models.tokenizer_formats import has_tokenizer
-from torchtune_longshort.made_folders import folder_beside
+from torchtune_longshort.made_folders import folder_beside, missing_root, remove_made_folders
 from torchtune_longshort.output_guard import read_json
 from torchtune_longshort.refusals import ArgumentParser, refusing, user_path
 
@@ -118,16 +120,36 @@ def _base(adapter: Path, given: Optional[str]) -> Path:
 
 
 def write_base_folder(plan: BasePlan) -> str:
-    """Write ``plan.out`` (module doc); returns how the weights were placed (a key of :data:`HOW`)."""
-    aside = folder_beside(plan.out, "peft_base")  # a plain mkdir's mode; a killed run's day-old one removed
+    """Write ``plan.out`` (module doc); returns how the weights were placed (a key of :data:`HOW`). An ``--out`` that
+    exists (empty) is kept, its mode and owner with it: the files are moved into it. Where writing fails, what this
+    call made is taken back (its files, the folder aside, the parents it made) and nothing else."""
+    made = missing_root(plan.out.parent)  # the parents this call makes on the way, taken back if it fails
+    kept = plan.out.is_dir()  # the user's empty folder: written into, never replaced
+    moved: List[Path] = []
     try:
-        ways = [_place(f, aside / f.name) for f in plan.weights]
-        shutil.copyfile(plan.step / CONFIG_FILE, aside / CONFIG_FILE)
-        if plan.tokenizer is not None:
-            copy_tokenizer(plan.tokenizer, aside)
-        os.rename(aside, plan.out)  # POSIX rename replaces an empty folder
+        aside = folder_beside(plan.out, "peft_base")  # a plain mkdir's mode; a killed run's day-old one removed
+        try:
+            ways = [_place(f, aside / f.name) for f in plan.weights]
+            shutil.copyfile(plan.step / CONFIG_FILE, aside / CONFIG_FILE)
+            if plan.tokenizer is not None:
+                copy_tokenizer(plan.tokenizer, aside)
+            if kept:
+                for f in sorted(aside.iterdir()):
+                    os.rename(f, plan.out / f.name)  # one filesystem (the folder aside lies beside --out)
+                    moved.append(plan.out / f.name)
+                aside.rmdir()
+            else:
+                os.rename(aside, plan.out)
+        except BaseException:
+            for f in moved:  # this call's files in the user's folder
+                if f.is_dir() and not f.is_symlink():
+                    shutil.rmtree(f)
+                else:
+                    f.unlink()
+            shutil.rmtree(aside, ignore_errors=True)  # the half-built folder this call made, nothing else
+            raise
     except BaseException:
-        shutil.rmtree(aside, ignore_errors=True)  # the half-built folder this call made, nothing else
+        remove_made_folders(plan.out.parent, made)
         raise
     return max(ways, key=list(HOW).index)
 

@@ -1,0 +1,76 @@
+"""``longshort-eval peft-base STEP --out DIR``'s own folder. An existing empty ``--out`` was replaced by renaming the
+folder built aside onto it, so the user's folder lost its mode (a group-shared ``chmod 2770`` one came back 0755, a
+new inode); it is now kept and written into (``os.stat`` before and after: the reference). A write that failed
+midway (a full disk: a real ENOSPC from a small tmpfs where this test may mount one, else a file the command cannot
+read) removed the half-built folder but left the parents the command had made for ``--out``; they are taken back
+now, and nothing the command did not make (the disk's other file) is touched."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+
+import pytest
+
+pytest.importorskip("peft")
+
+from test_peft_adapter_other_step import yarn_run  # noqa: E402
+from test_peft_base_folder import PROG, _with_tokenizer  # noqa: E402
+
+from torchtune_longshort.eval.peft_base import main  # noqa: E402
+
+
+def test_an_empty_out_folder_is_written_into_and_keeps_its_mode(tmp_path, capsys):
+    base, _, step3 = yarn_run(tmp_path)
+    out = tmp_path / "shared_out"
+    out.mkdir()
+    os.chmod(out, 0o2750)  # the user's choice: setgid, no access for others
+    before = os.stat(out)
+    assert main([str(step3), "--out", str(out)], PROG) == 0
+    after = os.stat(out)
+    assert stat.S_IMODE(after.st_mode) == stat.S_IMODE(before.st_mode) == 0o2750
+    assert (after.st_ino, after.st_dev) == (before.st_ino, before.st_dev)  # the same folder, not a replacement
+    assert os.path.samefile(out / "model.safetensors", base / "model.safetensors")
+    assert (out / "config.json").read_bytes() == (step3 / "config.json").read_bytes()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".shared_out.")] == []  # no folder aside left
+
+
+def _small_disk(where) -> bool:
+    """A 64 KiB tmpfs mounted at ``where`` and filled up by a file of its own (root only); False where none mounts."""
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+                                           capture_output=True).returncode != 0:
+        return False
+    with open(where / "theirs.bin", "wb", buffering=0) as f:  # not the command's: it must stay
+        try:
+            while True:
+                f.write(b"x" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+    return True
+
+
+def test_a_write_that_fails_midway_takes_back_the_parents_it_made_and_nothing_else(tmp_path, capsys):
+    base, _, step3 = yarn_run(tmp_path)
+    _with_tokenizer(base, step3)
+    disk = tmp_path / "disk"
+    mounted = _small_disk(disk)
+    try:
+        if not mounted and os.geteuid() == 0:
+            pytest.skip("no tmpfs could be mounted, and root reads any file")
+        if not mounted:  # a user's run: a step's tokenizer file it cannot read
+            os.chmod(step3 / "tokenizer_config.json", 0)
+        out = disk / "new" / "deeper" / "base"
+        with pytest.raises((SystemExit, OSError)):
+            main([str(step3), "--out", str(out)], PROG)
+        err = capsys.readouterr().err
+        if mounted:
+            assert os.strerror(errno.ENOSPC) in err or "disk" in err.lower() or "space" in err.lower(), err
+        assert sorted(p.name for p in disk.iterdir()) == (["theirs.bin"] if mounted else [])
+        assert base.joinpath("model.safetensors").is_file()
+    finally:
+        os.chmod(step3 / "tokenizer_config.json", 0o644)
+        if mounted:
+            subprocess.run(["umount", str(disk)], check=True)
