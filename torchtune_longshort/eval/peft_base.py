@@ -4,9 +4,10 @@ pretrained=DIR,peft=STEP/adapter`` needs for a LoRA run's adapters (:mod:`torcht
 An adapter carries no RoPE: where the run changed the RoPE scaling (YaRN x2 on SmolLM2), its base is the start
 checkpoint's weights loaded with the step's ``config.json``, a folder the user had to build by hand (and
 ``--model hf`` with the start folder as it is was refused: another model). This writes it: the recorded base's
-(``base_model_name_or_path``, found as :func:`~torchtune_longshort.eval.peft_fit.recorded_base_found` finds it)
-weight files and index, the step's ``config.json`` and the step's tokenizer files (the base's where the step has
-none), then prints the ``--model_args`` to use.
+(``base_model_name_or_path``, found as :func:`~torchtune_longshort.eval.peft_fit.recorded_base_found` finds it, a
+hub model's name in the Hugging Face cache as transformers loads it offline) weight files and index, the step's
+``config.json`` and the step's tokenizer files (the base's where the step has none), then prints the ``--model_args``
+to use.
 
 The weights are hard links where the filesystem allows (transformers' ``from_pretrained`` opens the files by path, so
 a link loads as the file does; no space is used, and the folder keeps working if the base is moved or deleted; the
@@ -28,8 +29,8 @@ import shutil
 from pathlib import Path
 from typing import List, NamedTuple, Optional
 
-from torchtune_longshort.eval.peft_fit import (recorded_base_found, recorded_base_name, recorded_base_said,
-                                              same_checkpoint)
+from torchtune_longshort.eval.peft_fit import (hub_cached_folder, hub_named, recorded_base_found, recorded_base_name,
+                                              recorded_base_said, same_checkpoint)
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE, check_checkpoint_folder, read_hf_config
 from torchtune_longshort.models.hf_rope import not_representable_method
 from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
@@ -95,13 +96,16 @@ def plan_base_folder(given: str, out: str, base: Optional[str] = None) -> BasePl
 
 def _base(adapter: Path, given: Optional[str]) -> Path:
     """The adapters' recorded base as a folder here (``--base`` where given: it must be that checkpoint where the
-    record names one here)."""
+    record names one here): a relative record as :func:`recorded_base_found` finds it, else a hub model's folder in
+    the Hugging Face cache (:func:`hub_cached_folder`: what transformers loads offline)."""
     recorded = recorded_base_name(adapter)
     if not recorded and not given:
         raise ValueError(f"{adapter / PEFT_CONFIG} names no base_model_name_or_path: give --base <the folder the "
                          "adapters were trained on>")
     found = recorded_base_found(adapter, recorded) if recorded else None
-    at = found or (Path(recorded).expanduser() if recorded else None)
+    hub = hub_cached_folder(recorded, (read_json(adapter / PEFT_CONFIG) or {}).get("revision")) \
+        if recorded and found is None else None
+    at = found or hub or (Path(recorded).expanduser() if recorded else None)
     here = at is not None and (at / CONFIG_FILE).is_file()
     if given:
         chosen = Path(given)
@@ -115,8 +119,19 @@ def _base(adapter: Path, given: Optional[str]) -> Path:
         return chosen
     if not here:
         raise FileNotFoundError(f"{adapter}: its recorded base {recorded_base_said(recorded, found)} is no checkpoint "
-                                f"folder here (no {CONFIG_FILE}); put it back, or give --base <a copy of it>")
+                                f"folder here (no {CONFIG_FILE}){_nor_cached(recorded)}; put it back, or give --base "
+                                "<a copy of it>")
     return at
+
+
+def _nor_cached(recorded: str) -> str:
+    """For a refusal of a recorded base that may name a hub model: where transformers would have looked for it."""
+    if not hub_named(recorded):
+        return ""
+    from huggingface_hub import constants  # deferred: as in peft_fit, asked only of a hub-shaped record
+
+    return (f" nor a hub model the Hugging Face cache holds ({constants.HF_HUB_CACHE}; fetch it with hf download "
+            f"{recorded} where the hub can be reached)")
 
 
 def write_base_folder(plan: BasePlan) -> str:
@@ -155,8 +170,8 @@ def write_base_folder(plan: BasePlan) -> str:
 
 
 def _place(source: Path, target: Path) -> str:
-    try:
-        os.link(source, target)
+    try:  # to the file itself: Linux's link() of a symbolic link (the hub cache's, relative) links the link
+        os.link(source.resolve(), target)
         return "hard links"
     except OSError:  # another filesystem (EXDEV), or one without hard links
         pass

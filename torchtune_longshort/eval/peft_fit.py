@@ -88,18 +88,27 @@ def _what(adapter: Path) -> str:
 
 
 def hub_model(recorded: str) -> bool:
-    """Whether a recorded base names a model of the Hugging Face hub: a repository id (huggingface_hub's rule), no
-    folder here, whose ``config.json`` the Hugging Face cache holds (PEFT records the name a user loaded the base by,
+    """Whether a recorded base names a model of the Hugging Face hub that the cache here holds
+    (:func:`hub_cached_folder`: PEFT records the name a user loaded the base by,
     ``from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")``, which loaded it into that cache)."""
+    return hub_cached_folder(recorded) is not None
+
+
+def hub_cached_folder(recorded: str, revision: Optional[str] = None) -> Optional[Path]:
+    """The Hugging Face cache's folder of a recorded base that names a hub model, as transformers loads it offline
+    (``HF_HUB_OFFLINE=1``): a repository id (huggingface_hub's rule) that is no folder here, whose snapshot of
+    ``revision`` (the adapter's ``revision``, as PEFT passes it; None: ``main``) holds a ``config.json``. None: no such
+    model in the cache."""
     if Path(recorded).is_dir() or not hub_named(recorded):
-        return False
+        return None
     # deferred: huggingface_hub (transformers' dependency; asked only of an adapter's recorded base)
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        return isinstance(try_to_load_from_cache(recorded, "config.json"), str)
+        config = try_to_load_from_cache(recorded, CONFIG_FILE, revision=revision)
     except (OSError, ValueError):
-        return False
+        return None
+    return Path(config).parent if isinstance(config, str) else None
 
 
 def _relative(recorded: str) -> bool:
