@@ -166,17 +166,24 @@ def hub_shaped(name: str) -> bool:
 
 
 def recorded_base_found(adapter: Path, recorded: str) -> Optional[Path]:
-    """The folder a relative recorded base names, found from the adapter's own place: ``recorded`` under the nearest
-    folder above ``adapter`` (as given, then as links resolve) that holds it as a folder with a ``config.json`` entry
-    (transformers loads no model from a folder without one, so a folder of that name without it, ``/models`` for a
-    base recorded as ``models``, is not the one the training loaded). PEFT records the path relative to the folder
-    the training ran in, which nothing records; an adapter saved there by a relative path lies below it
-    (``run_a/chained`` of a base ``step_2`` finds ``run_a/step_2``). None: an absolute record, ``.``, or no such
-    folder."""
+    """The folder a relative recorded base names, found from the adapter's own place: a folder of that name with a
+    ``config.json`` entry (transformers loads no model from a folder without one, so a folder of that name without
+    it, ``/models`` for a base recorded as ``models``, is not the one the training loaded). PEFT records the path
+    relative to the folder the training ran in, which nothing records, and its ``AutoPeftModel`` loads it as
+    transformers' ``from_pretrained`` reads any name (``os.path.isdir(base_model_name_or_path)``): from the current
+    folder. So where this command runs in a folder above the adapter (the training's, which saved it below), the
+    record is read from there, as PEFT reads it; else under the nearest folder above ``adapter`` (as given, then as
+    links resolve) that holds it (``run_a/chained`` of a base ``step_2`` finds ``run_a/step_2``, the same from any
+    folder not above it: another run's ``step_2`` in the current folder is not taken). None: an absolute record,
+    ``.``, or no such folder."""
     path = Path(recorded).expanduser()
     if path.is_absolute() or os.path.normpath(path) == ".":
         return None
-    for above in (Path(os.path.abspath(adapter)), adapter.resolve()):
+    aboves = (Path(os.path.abspath(adapter)), adapter.resolve())
+    here = Path.cwd()
+    if any(here in above.parents for above in aboves) and path.is_dir() and os.path.lexists(path / CONFIG_FILE):
+        return here / path
+    for above in aboves:
         for top in above.parents:
             if (top / path).is_dir() and os.path.lexists(top / path / CONFIG_FILE):
                 return top / path
