@@ -8,6 +8,7 @@ every worker, which died in its collective with no checkpoint.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -209,14 +210,31 @@ def test_a_lost_process_of_a_torchrun_job_ends_the_others_in_one_line(tmp_path, 
         f"(output_dir={str(tmp_path / 'out')!r} holds this run's start)\n")
 
 
-def test_a_torchrun_worker_stopped_while_it_imports_exits_quietly(tmp_path):
-    """Ctrl-C while the workers import torch and torchtune (seconds): each printed a KeyboardInterrupt traceback; a
-    worker interrupted in the recipe's imports now exits 130 quietly (torchrun's launcher says it was stopped)."""
+def test_a_torchrun_worker_stopped_while_it_imports_says_so_once(tmp_path):
+    """Ctrl-C while the workers import torch and torchtune (seconds): each printed a KeyboardInterrupt traceback,
+    then each exited 130 with no line at all (torchrun's launcher printed only its own SignalException traceback). Now
+    the first worker stopped prints one line, as a stop while setting up does, and each writes it to the error file
+    torchrun's agent reads; a second worker of the attempt only writes its file. References: ``signal``'s numbers and
+    names, and the error file's JSON as ``torch.distributed.elastic``'s ``@record`` reads it."""
     (tmp_path / "torch.py").write_text("raise KeyboardInterrupt  # Ctrl-C, arriving while torch is imported\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]), LONGSHORT_TEST_FRESH="1")
-    p = subprocess.run([sys.executable, "-m", "torchtune_longshort.recipes.longshort_finetune", "--config", "x.yaml"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 130 and p.stderr == "", p.stderr[-2000:]
+    attempt = tmp_path / "attempt_0"
+    results = []
+    for rank in (0, 1):
+        (attempt / str(rank)).mkdir(parents=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]), LONGSHORT_TEST_FRESH="1",
+                   TORCHELASTIC_RUN_ID="test", TORCHELASTIC_ERROR_FILE=str(attempt / str(rank) / "error.json"),
+                   RANK=str(rank), LOCAL_RANK=str(rank))
+        results.append(subprocess.run([sys.executable, "-m", "torchtune_longshort.recipes.longshort_finetune",
+                                       "--config", "x.yaml"], cwd=REPO, env=env, capture_output=True, text=True,
+                                      timeout=60))
+    first, second = results
+    said = f"longshort_finetune: interrupted ({signal.Signals(signal.SIGINT).name}): stopped while it started"
+    assert [p.returncode for p in results] == [128 + signal.SIGINT] * 2, [p.stderr[-2000:] for p in results]
+    assert first.stderr.startswith(said) and first.stderr.count("\n") == 1, first.stderr[-2000:]
+    assert second.stderr == "", second.stderr[-2000:]
+    for rank in (0, 1):
+        message = json.loads((attempt / str(rank) / "error.json").read_text())["message"]["message"]
+        assert message == first.stderr.strip()
 
 
 def test_a_signal_during_a_save_ends_the_run_with_that_save(tmp_path, sp_tokenizer_dir, restored_handlers, capfd):

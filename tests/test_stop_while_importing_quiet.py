@@ -1,7 +1,8 @@
 """:func:`~torchtune_longshort.refusals.stopped_while_importing` where no earlier test looked: the recipe run by path
-(``tune run FILE``: ``__name__ == "__main__"``, no ``prog``) stopped while it imports torch ends quietly with
-128 + SIGINT, as a torchrun worker whose launcher reports the stop; and a stop signal other than SIGINT raised into
-the block (a :class:`Stopped`) is told and exited by its own number. The references: ``signal``'s numbers and names."""
+(``tune run FILE``: ``__name__ == "__main__"``), the package's file or the checkout's ``recipes/`` entry, stopped while
+it imports torch ends in one line naming it with 128 + SIGINT (before, it exited 130 without a word: a Ctrl-C'd
+``tune run`` said nothing at all); and a stop signal other than SIGINT raised into the block (a :class:`Stopped`) is
+told and exited by its own number. The references: ``signal``'s numbers and names."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ REPO = Path(__file__).resolve().parents[1]
 TORCH = "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n"
 
 
-def test_the_recipe_run_by_path_stopped_while_importing_torch_exits_130_quietly(tmp_path):
+@pytest.mark.parametrize("entry", ["torchtune_longshort/recipes/longshort_finetune.py", "recipes/longshort_finetune.py"])
+def test_the_recipe_run_by_path_stopped_while_importing_torch_says_so_in_one_line(tmp_path, entry):
     (tmp_path / "torch.py").write_text(TORCH)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
-    recipe = REPO / "torchtune_longshort" / "recipes" / "longshort_finetune.py"
-    p = subprocess.run([sys.executable, str(recipe), "--config", "x.yaml"], cwd=tmp_path, env=env,
+    p = subprocess.run([sys.executable, str(REPO / entry), "--config", "x.yaml"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 128 + signal.SIGINT, (p.returncode, p.stderr[-2000:])
-    assert p.stderr == ""
+    assert p.stderr.startswith(f"longshort_finetune: interrupted ({signal.Signals(signal.SIGINT).name}): stopped "
+                               "while it started") and p.stderr.count("\n") == 1, p.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["torch.py"]  # nothing written
 
 
 def test_a_sigterm_raised_while_importing_is_told_and_exited_as_sigterm(capsys, monkeypatch):

@@ -202,7 +202,7 @@ def stoppable(prog: str, run: Callable[[], T], kept: str) -> T:
 def stopped_while_importing(module: str, prog: Optional[str] = None) -> Iterator[None]:
     """The block, a command's imports (torch, torchtune: seconds), stopped by Ctrl-C ends the command as
     :func:`stopped` does (one line naming the command: nothing was written yet; exit 130), or quietly with exit 130
-    when ``prog`` is None and ``module`` runs as ``__main__`` (a torchrun worker: its launcher says it was stopped),
+    when ``prog`` is None and ``module`` runs as ``__main__`` (a module run as a script that names no command),
     instead of a KeyboardInterrupt traceback and exit -2. Only where this process runs a command: ``module`` (its
     ``__name__``) is ``"__main__"`` (``prog`` named), or the process is still starting as ``python -m <module>`` or
     as one of the project's console scripts (:func:`~torchtune_longshort.started_as.starting_command`, named as typed,

@@ -27,7 +27,9 @@ from typing import Any, Dict
 
 from torchtune_longshort.refusals import stopped_while_importing
 
-with stopped_while_importing(__name__):  # Ctrl-C while a torchrun worker imports (seconds): 130, quietly
+PROG = "longshort_finetune"  # the name its lines go by, under `tune run` and in each torchrun worker
+
+with stopped_while_importing(__name__, PROG):  # Ctrl-C while it imports (seconds): one line, exit 130
     import torch
     from omegaconf import DictConfig
     from torchtune import config, utils
@@ -298,7 +300,7 @@ class LongShortFinetuneRecipe(RecipeSaving, RecipeSetup):
 def recipe_main() -> None:
     """``tune run``'s entry point, and ``python`` / ``torchrun`` on this file's (the current folder importable too)."""
     with tune_run_import_path():
-        sys.argv[1:] = refusing("longshort_finetune", lambda: check_config_argument(sys.argv[1:]))
+        sys.argv[1:] = refusing(PROG, lambda: check_config_argument(sys.argv[1:]))
         _run()
 
 
@@ -308,8 +310,8 @@ SETUP_LOST = "before the first step: nothing was trained; run the command again"
 
 
 def _set_up(cfg: DictConfig) -> "LongShortFinetuneRecipe":
-    recipe = refusing("longshort_finetune", lambda: LongShortFinetuneRecipe(cfg))
-    refusing("longshort_finetune", lambda: lost_processes(recipe.setup, lambda: SETUP_LOST, " while setting up"))
+    recipe = refusing(PROG, lambda: LongShortFinetuneRecipe(cfg))
+    refusing(PROG, lambda: lost_processes(recipe.setup, lambda: SETUP_LOST, " while setting up"))
     return recipe
 
 
@@ -321,15 +323,15 @@ def _run(cfg: DictConfig) -> None:
     defaults: the README's recipe table."""
     quiet_upstream()
     # Ctrl-C or SIGTERM while it sets up: one line, exit 130 / 143, what the setup made taken back (as a refusal)
-    recipe = stoppable("longshort_finetune", lambda: _set_up(cfg), SETUP_STOPPED)
+    recipe = stoppable(PROG, lambda: _set_up(cfg), SETUP_STOPPED)
     try:  # a second stop signal (StopSignals) stops at once; a process of the run lost, in one line too
         recipe.stop_signals.install()
-        refusing("longshort_finetune", lambda: lost_processes(recipe.train, recipe.ckpts.standing))
+        refusing(PROG, lambda: lost_processes(recipe.train, recipe.ckpts.standing))
         recipe.cleanup()
     except BaseException as e:
         recipe.release_output_dir()
         if isinstance(e, KeyboardInterrupt):
-            stopped("longshort_finetune", getattr(e, "signum", signal.SIGINT), at_once(recipe.ckpts))
+            stopped(PROG, getattr(e, "signum", signal.SIGINT), at_once(recipe.ckpts))
         raise
     if recipe.stopped_by:
         sys.exit(128 + recipe.stopped_by)  # the shell's convention for "ended by a signal"
