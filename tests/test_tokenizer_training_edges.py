@@ -38,3 +38,25 @@ def test_pieces_needed_counts_the_non_blank_lines_max_sentences_at_most():
     assert pieces_needed(["ab c\n\u3000\u3000\n"]) == pieces_needed(["ab c"])
     assert pieces_needed(["ab c\nxyz"], max_sentences=1) == pieces_needed(["ab c"])
     assert pieces_needed(["ab c\nxyz"], max_sentences=2) == pieces_needed(["ab c", "xyz"]) == 256 + 3 + 7
+
+
+def test_ctrl_c_while_sentencepiece_reads_the_texts_is_raised_as_ctrl_c(tmp_path):
+    """A real SIGINT, sent by the texts while sentencepiece reads them (a recipe Ctrl-C'd while it trains its
+    tokenizer): Python's own KeyboardInterrupt comes out, not sentencepiece's ``RuntimeError("INTERNAL:
+    KeyboardInterrupt")``, which the recipe reported as a refusal of tokenizer.path, exit 2; nothing written."""
+    import signal
+
+    from torchtune_longshort.data.tokenizer_training import train_sentencepiece
+
+    def texts():
+        yield "ab c\n" * 50
+        os.kill(os.getpid(), signal.SIGINT)  # Python's default handler raises KeyboardInterrupt here
+        yield "never read"
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_sentencepiece(texts(), tmp_path / "tok", vocab_size=300)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not (tmp_path / "tok").exists()

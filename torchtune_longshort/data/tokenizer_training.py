@@ -142,7 +142,28 @@ def _lines(texts: Iterable[str], max_sentences: int) -> Iterator[str]:
 
 def _train(spm, sentences, vocab_size: int, **output) -> None:
     """sentencepiece's training of :func:`train_sentencepiece`, into ``output`` (``model_prefix=`` a path, or
-    ``model_writer=`` a file object)."""
+    ``model_writer=`` a file object). Ctrl-C (or a stop signal raised as one) while sentencepiece reads the sentences
+    is raised as itself: sentencepiece turns an exception of its sentence iterator into ``RuntimeError("INTERNAL:
+    KeyboardInterrupt: ...")``, which a recipe stopped while training its tokenizer reported as a refusal of
+    ``tokenizer.path`` (exit 2) instead of its stop (exit 130)."""
+    stops = []
+
+    def fed() -> Iterator[str]:
+        try:
+            yield from sentences
+        except KeyboardInterrupt as e:
+            stops.append(e)
+            raise
+
+    try:
+        _train_from(spm, fed(), vocab_size, **output)
+    except RuntimeError:
+        if stops:
+            raise stops[0] from None
+        raise
+
+
+def _train_from(spm, sentences: Iterator[str], vocab_size: int, **output) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=sentences,
         **output,
@@ -163,8 +184,8 @@ def _train(spm, sentences, vocab_size: int, **output) -> None:
 
 def _write_hf_tokenizer_files(out_dir: Path) -> None:
     try:
-        import transformers  # noqa: F401  (optional for the library itself)
+        import transformers  # optional for the library itself
     except ImportError:
         return
-
+    del transformers  # only asked whether it is there
     write_hf_tokenizer_files(out_dir)
