@@ -6,7 +6,9 @@ training)."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -17,10 +19,13 @@ from killed import killed_after_first_figure
 from study_helpers import CPU_SMALL, ROOT, FakeExecutor
 
 import torchtune_longshort.study.figures as study_figures
+import torchtune_longshort.study.runner as study_runner
 from torchtune_longshort.study import Study, load_study_config
 from torchtune_longshort.study.__main__ import main as study_main
 from torchtune_longshort.study.figures import main as figures_main
+from torchtune_longshort.refusals import fault_line
 from torchtune_longshort.study.report import build_report
+from torchtune_longshort.study.tables import load_records
 
 PROG = "python -m torchtune_longshort.study"
 ARGV = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT)]
@@ -139,6 +144,37 @@ def test_a_run_record_cut_off_is_a_failed_run_and_the_report_goes_on(tmp_path, f
     assert copy["status"] == "failed" and copy["stage"] == "record", copy
     argv = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT), "--report", str(out / "report")]
     assert figures_main(argv) == 0
+
+
+def test_a_rerun_whose_record_finds_the_disk_full_leaves_no_earlier_record_read_as_its(tmp_path, finished,
+                                                                                        monkeypatch):
+    """A run of an earlier config (its result.json ok, another spec) done again, on a disk that is full when its
+    record is written: before, the earlier result.json stayed and the report read its figures as this run's ("ok").
+    Now the earlier record is gone before the run starts: the run is "not run" (the study's rerun does it), the study
+    ends on the disk-full error naming the record it could not write, and the other runs' records are untouched.
+    Reference: the kernel's ENOSPC (``errno``, ``os.strerror``)."""
+    out = _copy(finished, tmp_path / "out", report=False)
+    record = out / "runs" / "clex_a0_s0" / "result.json"
+    rec = json.loads(record.read_text())
+    rec["spec"]["eval_tasks"] = ["an earlier config's task"]
+    record.write_text(json.dumps(rec))
+    others = {p: p.read_bytes() for p in out.glob("*/*/result.json") if p != record}
+    others.update({p: p.read_bytes() for p in out.glob("base/result.json")})
+
+    def disk_full_at_a_record(path, *args, **kwargs):
+        if Path(path).name == "result.json":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, *args, **kwargs)
+
+    real = study_runner.atomic_write_json
+    monkeypatch.setattr(study_runner, "atomic_write_json", disk_full_at_a_record)
+    with pytest.raises(OSError) as e:
+        _study(out).run()
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(record)
+    assert f"writing {record} " in fault_line(e.value)
+    assert not record.exists()
+    assert load_records(out, _study(out).cfg)["clex_a0_s0"]["status"] == "not run"
+    assert {p: p.read_bytes() for p in others} == others
 
 
 def test_the_figures_redraw_takes_a_shipped_config_name_as_the_study_does(tmp_path, finished, monkeypatch, capsys):

@@ -115,6 +115,10 @@ class Study(RunStages):
                     and same_spec(old.get("spec"), spec, places(self.out, self.root)):
                 self.log(f"[study] {key}: result.json present (ok), skipped")
                 return old
+            # the study's record of an earlier attempt (failed, interrupted, another spec's): gone before this one
+            # runs, so that a run whose own record cannot be written (a full disk) leaves none for the report to read
+            # as this run's, not that one's figures
+            res_path.unlink()
         rec: Dict[str, Any] = {"key": key, "kind": "base" if key == "base" else "finetune",
                                "run_dir": str(rdir.relative_to(self.out)), "status": "running", "spec": spec}
         if run is not None:
