@@ -38,6 +38,8 @@ def test_an_out_holding_files_no_table1_wrote_is_refused(where, tmp_path, monkey
     assert e.value.errno == errno.EEXIST or isinstance(e.value, FileExistsError), e.value
     assert "is not a Table 1's folder (no .longshort_table1)" in str(e.value), e.value
     assert "'.git', 'notes.txt'" in str(e.value) and "new or empty folder" in str(e.value), e.value
+    # "Table 1" is a name, not a noun that takes "the": it read "the Table 1 writes only into ..."
+    assert "the Table 1" not in str(e.value) and "this command writes only into" in str(e.value), e.value
     assert sorted(os.listdir(folder)) == before
 
 

@@ -80,8 +80,8 @@ def check_only_ours(out: Path, made: Callable[[Path], bool], marker: str, kind: 
     if held and not made(out):
         raise FileExistsError(f"--out (or the config's output_dir) {str(out)!r} holds {', '.join(map(repr, held[:3]))}"
                               f"{' ...' if len(held) > 3 else ''} and is not a {kind}'s folder (no {marker}): "
-                              f"the {kind} writes only into a new or empty folder, or one a {kind} made; name another "
-                              "folder")
+                              f"this command writes only into a new or empty folder, or one a {kind} made; name "
+                              "another folder")
 
 
 def check_kinds(out: Path, cfg) -> None:
