@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ def test_the_recipe_run_by_path_stopped_while_importing_torch_says_so_in_one_lin
 
 def test_a_sigterm_raised_while_importing_is_told_and_exited_as_sigterm(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["prog.py"])
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=None))  # `python prog.py`: no -m
     with pytest.raises(SystemExit) as e:
         with stopped_while_importing("__main__", "prog"):
             raise Stopped(signal.SIGTERM)

@@ -26,6 +26,7 @@ from typing import List, Optional
 
 from torchtune_longshort.output_guard import atomic_copy
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, user_path
+from torchtune_longshort.started_as import command_name
 
 # The repository's configs/ beside the package's source folder: what torchtune_longshort.configs is installed from.
 SOURCE_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -148,10 +149,10 @@ def _destination(ap, args, src):
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    ap = ArgumentParser(prog="longshort-cp", description="List or copy the configs torchtune_longshort ships.",
-                        examples=["longshort-cp --list",
-                                  "longshort-cp tiny/longshort_stdlib.yaml run.yaml",
-                                  "longshort-cp tiny/longshort_stdlib.yaml runs/a/run.yaml --make-parents"])
+    prog = command_name("torchtune_longshort.configs_cli")  # as started
+    ap = ArgumentParser(prog=prog, description="List or copy the configs torchtune_longshort ships.",
+                        examples=[f"{prog} --list", f"{prog} tiny/longshort_stdlib.yaml run.yaml",
+                                  f"{prog} tiny/longshort_stdlib.yaml runs/a/run.yaml --make-parents"])
     ap.add_argument("name", nargs="?", help="a shipped config, e.g. tiny/longshort_stdlib.yaml")
     ap.add_argument("destination", nargs="?", type=user_path, help="file or folder to copy it to")
     ap.add_argument("--list", action="store_true", help="list the shipped configs")
@@ -165,8 +166,7 @@ def main(argv=None) -> int:
                              ("--make-parents", args.make_parents)) if on]
     extra = [repr(a) for a in (args.name, args.destination) if a] + flags
     if args.list and extra:  # a copy asked as well: it was ignored without a word
-        ap.error(f"--list takes nothing else ({', '.join(extra)} given): longshort-cp --list, or longshort-cp NAME "
-                 "DEST to copy")
+        ap.error(f"--list takes nothing else ({', '.join(extra)} given): {prog} --list, or {prog} NAME DEST to copy")
     if args.list or not args.name:
         try:
             print("\n".join(shipped_configs()))
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
             ap.error(str(e))
         return 0
     if not args.destination or args.destination == "-":  # `tune cp NAME -` writes a file named -.yaml
-        ap.error("give a destination: longshort-cp NAME DEST" + (" ('-' is not standard output here, and tune cp "
+        ap.error(f"give a destination: {prog} NAME DEST" + (" ('-' is not standard output here, and tune cp "
                  "writes a file named -.yaml for it: name a file, e.g. run.yaml)" if args.destination else ""))
     try:
         src = config_path(args.name)

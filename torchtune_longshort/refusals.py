@@ -37,7 +37,7 @@ from typing import Callable, Iterator, NoReturn, Optional, TypeVar
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.output_guard import stops_held
-from torchtune_longshort.started_as import starting_command
+from torchtune_longshort.started_as import running_module, starting_command
 
 TRACEBACK_ENV = "LONGSHORT_TRACEBACK"
 EXIT_REFUSED = 2
@@ -204,13 +204,14 @@ def stopped_while_importing(module: str, prog: Optional[str] = None) -> Iterator
     :func:`stopped` does (one line naming the command: nothing was written yet; exit 130), or quietly with exit 130
     when ``prog`` is None and ``module`` runs as ``__main__`` (a module run as a script that names no command),
     instead of a KeyboardInterrupt traceback and exit -2. Only where this process runs a command: ``module`` (its
-    ``__name__``) is ``"__main__"`` (``prog`` named), or the process is still starting as ``python -m <module>`` or
-    as one of the project's console scripts (:func:`~torchtune_longshort.started_as.starting_command`, named as typed,
-    whichever package's imports it stopped); an import by other code keeps the interrupt."""
+    ``__name__``) is ``"__main__"`` (``prog`` named; ``python -m <module>`` as typed where it was started so), or the
+    process is still starting as ``python -m <module>`` or as one of the project's console scripts
+    (:func:`~torchtune_longshort.started_as.starting_command`, named as typed, whichever package's imports it
+    stopped); an import by other code keeps the interrupt."""
     try:
         yield
     except KeyboardInterrupt as e:
-        command = prog if module == "__main__" else starting_command()
+        command = (prog and (running_module() or prog)) if module == "__main__" else starting_command()
         if module != "__main__" and command is None:
             raise
         if command is None:

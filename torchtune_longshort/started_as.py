@@ -42,10 +42,28 @@ def _python_m() -> str:
     return f"python -m {PACKAGE}"
 
 
-def command_name(script: str, module: str) -> str:
-    """The name a command's lines go by once it runs: ``python -m <module>`` as typed (``sys.orig_argv``) when this
-    process runs ``module`` or a module inside it as ``__main__``, else ``script``, its console script's name; as
-    argparse takes ``prog`` from ``sys.argv[0]`` (an import by other code, a test's call: ``script``)."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = re.sub(r"\.__main__$", "", getattr(spec, "name", None) or "")
-    return _python_m() if name == module or name.startswith(module + ".") else script
+def running_module() -> Optional[str]:
+    """``"python -m <module>"`` as typed when this process runs a module as ``__main__`` (started with ``-m``: its
+    ``__spec__`` is set), else None (``python path/to/file.py``, an embedding interpreter)."""
+    return _python_m() if getattr(sys.modules.get("__main__"), "__spec__", None) is not None else None
+
+
+def script_of(module: str) -> Optional[str]:
+    """The console script whose function ``module`` holds, read from the installed distribution's entry points (one
+    home for the pairing: pyproject's ``[project.scripts]``, as pip installed it, from a wheel or editable), or None
+    where none names it (the package run from a checkout it was never installed from)."""
+    names = sorted(ep.name for ep in metadata.entry_points(group="console_scripts") if ep.module == module)
+    return names[0] if names else None
+
+
+def command_name(module: str) -> str:
+    """The name a command's lines go by once it runs, ``module`` being the module that holds its console-script
+    function (as the entry point names it): ``python -m <module>`` as typed (``sys.orig_argv``) when this process
+    runs ``module``, or the package whose ``__main__`` calls it, as ``__main__``; else its console script's name
+    (:func:`script_of`), as argparse takes ``prog`` from ``sys.argv[0]`` (an import by other code, a test's call).
+    Not installed, and not run as ``-m``: ``python -m`` and the package holding ``module``."""
+    running = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) or ""
+    package = re.sub(r"\.__main__$", "", running)
+    if running and (running == module or (running != package and module.startswith(package + "."))):
+        return _python_m()
+    return script_of(module) or f"python -m {re.sub(r'[.]__main__$', '', module)}"

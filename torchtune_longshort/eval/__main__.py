@@ -30,13 +30,13 @@ import argparse
 import sys
 
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
+from torchtune_longshort.eval import cli_argv
 from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL, asks_help, option
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
 from torchtune_longshort.eval.trust_args import trusts_remote_code
 from torchtune_longshort.refusals import quiet_when_the_reader_leaves, refuse, refusing, stoppable
-PROG = "longshort-eval"
 # what an interrupted evaluation leaves: lm-eval writes its results files when every task is done
 INTERRUPTED = ("lm-eval writes results only when every task is done (a run stopped before then wrote none); with "
                "--use_cache, the same command reuses every request already scored")
@@ -45,13 +45,14 @@ INTERRUPTED = ("lm-eval writes results only when every task is done (a run stopp
 @quiet_when_the_reader_leaves
 def main() -> None:
     """Print the pack's path, or register the adapter and hand over to lm-eval's CLI."""
+    prog = cli_argv.prog()
     if sys.argv[1:2] == ["tasks-path"]:
         extra = sys.argv[2:]
         if extra and extra != ["-h"] and extra != ["--help"]:  # `tasks-path --foo` printed the path, exit 0
-            print(f"{PROG}: error: tasks-path takes no arguments (got {' '.join(extra)}); it prints the task pack's "
+            print(f"{prog}: error: tasks-path takes no arguments (got {' '.join(extra)}); it prints the task pack's "
                   f"folder, for lm-eval's --include_path", file=sys.stderr)
             sys.exit(2)
-        print(tasks_path() if not extra else f"usage: {PROG} tasks-path\n\nPrint the installed task pack's folder, "
+        print(tasks_path() if not extra else f"usage: {prog} tasks-path\n\nPrint the installed task pack's folder, "
               f"for stock lm-eval: {STOCK_LM_EVAL}")
         return
     quiet_upstream()  # before the imports of _evaluate and peft_base: torchao logs a line on import
@@ -59,8 +60,8 @@ def main() -> None:
         # deferred: torch (tasks-path answers without it)
         from torchtune_longshort.eval import peft_base
 
-        sys.exit(peft_base.main(sys.argv[2:], f"{PROG} peft-base"))
-    stoppable(PROG, lambda: refusing(PROG, lambda: _evaluate(sys.argv[1:])), INTERRUPTED)
+        sys.exit(peft_base.main(sys.argv[2:], f"{prog} peft-base"))
+    stoppable(prog, lambda: refusing(prog, lambda: _evaluate(sys.argv[1:])), INTERRUPTED)
 
 
 def _evaluate(args) -> None:
@@ -108,7 +109,7 @@ def _checked_run(argv) -> None:
     if argv[:1] == ["validate"]:
         _validate_tasks(argv)
     parser_error = argparse.ArgumentParser.error  # lm-eval's own parsers: usage + error, two lines and more
-    argparse.ArgumentParser.error = lambda parser, message: refuse(PROG, message)
+    argparse.ArgumentParser.error = lambda parser, message: refuse(cli_argv.prog(), message)
     saved = SavedResults()
     try:
         with pack_only_index(argv, option(argv, "--include_path") or ""), saved.watching(), contained() as faults:
@@ -126,7 +127,7 @@ def _checked_run(argv) -> None:
             print(cli_messages.summary_line(results), flush=True)
     saved.raise_if_failed()
     if faults.closing_line():  # a task raised: the others' scores are written, the run is not a success
-        print(f"{PROG}: error: {faults.closing_line()}", file=sys.stderr, flush=True)
+        print(f"{cli_argv.prog()}: error: {faults.closing_line()}", file=sys.stderr, flush=True)
         sys.exit(EXIT_STATUS)
 
 

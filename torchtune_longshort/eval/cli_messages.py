@@ -11,25 +11,25 @@ import math
 import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL
+from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL, prog
 from torchtune_longshort.eval.model import args as model_args
 from torchtune_longshort.eval.report.results_io import PREDICT_ONLY_METRIC as BYPASS, not_scored_of, predict_only_of
 from torchtune_longshort.eval.tasks.common.unavailable import LIMIT_LEFT_OUT_KEY, MISSING_METRIC
 
-PROG = "longshort-eval"
 _MISSING = re.compile(r"^Tasks not found: (.+)$")
 
 
 def help_preamble() -> str:
     """The lines ``longshort-eval --help`` prints above lm-eval's own help."""
     args = model_args.__doc__.split("\n\n", 1)[1].rstrip()
+    me = prog()
     return (
-        f"{PROG}: lm-eval's CLI with this package's model `longshort` registered and its task pack (longshort_*)\n"
+        f"{me}: lm-eval's CLI with this package's model `longshort` registered and its task pack (longshort_*)\n"
         "included. Everything below is lm-eval's; the additions:\n\n"
-        f"  {PROG} run --model longshort --model_args pretrained=DIR[,key=value...] --tasks longshort_ppl ...\n"
-        f"  {PROG} tasks-path      print the task pack's folder, for stock lm-eval:\n"
+        f"  {me} run --model longshort --model_args pretrained=DIR[,key=value...] --tasks longshort_ppl ...\n"
+        f"  {me} tasks-path      print the task pack's folder, for stock lm-eval:\n"
         f"                          {STOCK_LM_EVAL}\n"
-        f"  {PROG} peft-base STEP --out DIR   write the base folder a LoRA run's STEP/adapter goes on under stock\n"
+        f"  {me} peft-base STEP --out DIR   write the base folder a LoRA run's STEP/adapter goes on under stock\n"
         "                          lm-eval (--model hf --model_args pretrained=DIR,peft=STEP/adapter)\n\n"
         "--model_args of the `longshort` model (a torchtune model read from a Hugging Face checkpoint folder):\n"
         f"{args}\n\n"
@@ -68,7 +68,7 @@ def tasks_not_found(message: str, known: Iterable[str]) -> str:
     for name in [t.strip() for t in m.group(1).split(",") if t.strip()]:
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
         parts.append(f"{name!r}" + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""))
-    return (f"--tasks: no task {', '.join(parts)}; `{PROG} ls tasks` lists them (the pack's start with "
+    return (f"--tasks: no task {', '.join(parts)}; `{prog()} ls tasks` lists them (the pack's start with "
             "longshort_)")
 
 
@@ -115,9 +115,9 @@ def summary_line(results: Dict[str, Any]) -> str:
             if left else "")
     bypass = any(BYPASS + "," in k for m in (results.get("results") or {}).values() for k in m)
     if not scored and not n_bad and (bypass or predict_only_of(results)):  # metrics swapped for lm-eval's bypass
-        return f"[{PROG}] --predict_only: the outputs are written, no metric scored"
+        return f"[{prog()}] --predict_only: the outputs are written, no metric scored"
     if not n_bad:
-        return f"[{PROG}] {scored} metric(s) scored, none unscored{tail}"
+        return f"[{prog()}] {scored} metric(s) scored, none unscored{tail}"
     reasons = not_scored_of(results)
     members = results.get("group_subtasks") or {}
 
@@ -129,7 +129,7 @@ def summary_line(results: Dict[str, Any]) -> str:
         return _short(_group_reason(members.get(task), reasons))
 
     parts = [f"{task}: {', '.join(sorted(metrics))} ({why(task)})" for task, metrics in sorted(bad.items())]
-    return f"[{PROG}] {scored} metric(s) scored, {n_bad} unscored: " + "; ".join(parts) + tail
+    return f"[{prog()}] {scored} metric(s) scored, {n_bad} unscored: " + "; ".join(parts) + tail
 
 
 def _short(reason: str, most: int = 240) -> str:

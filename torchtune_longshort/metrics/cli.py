@@ -38,9 +38,7 @@ from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_
                                           stopped_while_importing, user_path)
 from torchtune_longshort.started_as import command_name
 
-PROG = "longshort-misalignment"  # as a console script; as `python -m ...`, that command (:func:`_prog`)
-
-with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
+with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while torch is imported: one line, exit 130
     from torchtune_longshort._quiet import quiet_upstream
     from torchtune_longshort.config.inside_input import refuse_inside_input, refuse_inside_model, tokenizer_input
     from torchtune_longshort.config.values import check_creatable
@@ -107,7 +105,7 @@ def main(argv=None) -> int:
 
 def _prog() -> str:
     """The command's name in its lines: as it was started (:func:`~torchtune_longshort.started_as.command_name`)."""
-    return command_name(PROG, "torchtune_longshort.metrics.cli")
+    return command_name("torchtune_longshort.metrics.cli")
 
 
 def _parser() -> ArgumentParser:

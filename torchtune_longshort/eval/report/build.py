@@ -45,19 +45,8 @@ with stopped_while_importing(__name__):  # Ctrl-C while torch is imported (secon
     from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
     from torchtune_longshort.eval.report.group_coverage import coverage_note, group_coverage, load_group_subtasks
     from torchtune_longshort.eval.report.results_io import (
-        CELL_METRIC,
-        cut_off_samples,
-        even_cell_counts,
-        load_cell_counts,
-        load_curves,
-        load_limit_left_out,
-        load_not_scored,
-        load_provenance,
-        load_results,
-        load_run_info,
-        metric_length,
-        predict_only_tasks,
-    )
+        CELL_METRIC, cut_off_samples, even_cell_counts, load_cell_counts, load_curves, load_limit_left_out,
+        load_not_scored, load_provenance, load_results, load_run_info, metric_length, predict_only_tasks)
     from torchtune_longshort.eval.model.generation import not_greedy
     from torchtune_longshort.eval.report.run_files import check_scored, run_label
     from torchtune_longshort.eval.report.runs import finite, no_curve_note, runs_section
@@ -305,6 +294,10 @@ def check_out_dir(out_dir: Path) -> None:
     check_creatable("--out", str(out_dir), writable=True)
 
 
+def _prog() -> str:  # the command's name in its lines: as it was started (started_as.command_name)
+    return command_name("torchtune_longshort.eval.report.build")
+
+
 def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], out_dir: Path,
              summary: Dict[str, Any]) -> Tuple[List[str], List[str]]:
     """Draw the report's figures; ``(file names, notes)``: a run with perplexity but no per-position curve is named
@@ -313,7 +306,7 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
     no_plots = matplotlib_problem()  # a declared dependency; an environment without it still gets its tables, CSV
     if no_plots is not None:
         no_plots = f"No figures: {no_plots} and rerun the same command to draw them."
-        print(f"[longshort-eval-report] {no_plots}", file=sys.stderr)
+        print(f"[{_prog()}] {no_plots}", file=sys.stderr)
     fig = ppl_figure(runs) if no_plots is None else None
     if fig is not None:
         save_figure(fig, out_dir / "ppl_vs_length.png", dpi=120)
@@ -366,7 +359,7 @@ def stopped_line(out_dir: Path) -> str:
 @quiet_when_the_reader_leaves
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
-    prog = command_name("longshort-eval-report", "torchtune_longshort.eval.report")  # as started
+    prog = _prog()
     ap = ArgumentParser(prog=prog, description=__doc__.split("\n")[0], examples=[
         f"{prog} results/base results/ours --labels base,ours --out report/",
         f"{prog} results/hf_res.json results/ls_res.json --out report/   # --output_path <name>.json"])

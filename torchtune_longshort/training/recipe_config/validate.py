@@ -24,10 +24,9 @@ from typing import Any, List, Optional, Sequence
 import yaml
 
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, refusing, stopped_while_importing
+from torchtune_longshort.started_as import command_name
 
-PROG = "longshort-validate"
-
-with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
+with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while torch is imported: one line, exit 130
     from torchtune_longshort._quiet import quiet_upstream
     from torchtune_longshort.configs_cli import CP_MODULE, MAIN_CONFIG, nearest_shipped, resolve_config
     from torchtune_longshort.launcher import launched_world_size
@@ -186,9 +185,9 @@ def tune_run_import_path():
             sys.path.remove(here)
 
 
-def config_flag_refusal(argv: Sequence[str]) -> str:
+def config_flag_refusal(argv: Sequence[str], prog: str) -> str:
     """What ``--config X`` (``tune run``'s spelling) is refused with: the config is the first argument, as torchtune's
-    own ``tune validate <config>`` takes it (which refuses ``--config`` too); the command as it should be."""
+    own ``tune validate <config>`` takes it (which refuses ``--config`` too); the command (``prog``) as it should be."""
     rest, config = [], None
     it = iter(argv)
     for a in it:
@@ -200,17 +199,18 @@ def config_flag_refusal(argv: Sequence[str]) -> str:
             rest.append(a)
     if rest and "=" not in rest[0] and not rest[0].startswith("-"):  # a config given first too: that one stands
         config = ""
-    fixed = " ".join(a for a in [PROG, "<config>" if config is None else config, *rest] if a)
+    fixed = " ".join(a for a in [prog, "<config>" if config is None else config, *rest] if a)
     return f"--config: the config is the first argument, as tune validate takes it: {fixed}"
 
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], examples=[
-        f"{PROG} run.yaml",
-        f"{PROG} tiny/longshort_stdlib.yaml max_steps=10 'e_range=[1,L/4]' '~validation'",
-        f"{PROG} llama2_7b/eabf_8k_redpajama_book.yaml checkpoint_dir=/models/Llama-2-7b-hf --nproc_per_node 8",
-        f"{PROG} run.yaml checkpointer.trust_remote_code=true   # import the code of one's own a start folder's "
+    prog = command_name("torchtune_longshort.training.recipe_config.validate")  # as started
+    ap = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], examples=[
+        f"{prog} run.yaml",
+        f"{prog} tiny/longshort_stdlib.yaml max_steps=10 'e_range=[1,L/4]' '~validation'",
+        f"{prog} llama2_7b/eabf_8k_redpajama_book.yaml checkpoint_dir=/models/Llama-2-7b-hf --nproc_per_node 8",
+        f"{prog} run.yaml checkpointer.trust_remote_code=true   # import the code of one's own a start folder's "
         "config.json names (longshort_family, longshort_rope.method; refused without it)"])
     ap.add_argument("config", help="recipe YAML: a file, or a shipped config (longshort-cp --list)")
     ap.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="overrides, as tune run takes them")
@@ -219,29 +219,29 @@ def main(argv=None) -> int:
                          "and what several processes refuse (default: $WORLD_SIZE, else 1)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(a == "--config" or a.startswith("--config=") for a in argv):
-        ap.error(config_flag_refusal(argv))
+        ap.error(config_flag_refusal(argv, prog))
     args = ap.parse_intermixed_args(argv)  # key=value after --nproc_per_node too, as tune run takes them
-    world = args.nproc_per_node if args.nproc_per_node is not None else refusing(PROG, launched_world_size)
+    world = args.nproc_per_node if args.nproc_per_node is not None else refusing(prog, launched_world_size)
     if world < 1:
         ap.error(f"--nproc_per_node={world}: expected an integer >= 1")
     quiet_upstream()
     notes: list = []
     applied: list = []
     with tune_run_import_path():
-        checked = refusing(PROG, lambda: validate(args.config, args.overrides, world, notes, applied))
+        checked = refusing(prog, lambda: validate(args.config, args.overrides, world, notes, applied))
     oversubscribed = cpu_oversubscribed(checked.device, world)
     if oversubscribed:
-        print(f"{PROG}: warning: {oversubscribed}")
+        print(f"{prog}: warning: {oversubscribed}")
     if notes:
-        print(f"{PROG}: note: torchtune's keys at values that ask for what this recipe does, accepted and not read: "
+        print(f"{prog}: note: torchtune's keys at values that ask for what this recipe does, accepted and not read: "
               f"{'; '.join(notes)}")
     if applied:
-        print(f"{PROG}: note: resume=True applies {'; '.join(applied)} (as tune run will, and logs)")
+        print(f"{prog}: note: resume=True applies {'; '.join(applied)} (as tune run will, and logs)")
     if checked.seed is None:
-        print(f"{PROG}: note: seed: null draws the run's seed when tune run starts: printed, and recorded as its seed "
+        print(f"{prog}: note: seed: null draws the run's seed when tune run starts: printed, and recorded as its seed "
               "(torchtune_config.yaml, the recipe state, metrics.jsonl); give it as seed=<n> to repeat the run, and "
               "resume=True continues with it")
-    print(f"{PROG}: {args.config}: OK{f' for {world} processes' if world > 1 else ''} (keys, values, files, "
+    print(f"{prog}: {args.config}: OK{f' for {world} processes' if world > 1 else ''} (keys, values, files, "
           "components, the tokenizer against the model and the rules between fields checked; nothing written, no "
           "weights read: the model's weights and the data's records are read when tune run starts, before it writes "
           "anything; of corpus.local_text's files only the first 64 KiB are decoded here)")

@@ -1,0 +1,103 @@
+"""`python -m torchtune_longshort.eval`, `python -m torchtune_longshort.configs_cli` and `python -m
+torchtune_longshort.training.recipe_config.validate` named themselves in their lines by their console scripts' names
+("longshort-eval: error: ...", "longshort-eval: interrupted (SIGINT): ...", "[longshort-eval] 3 metric(s) scored"),
+and `python -m torchtune_longshort.eval.report` printed "[longshort-eval-report] No figures: ..." whichever way it was
+started; started_as.command_name took the script's name as an argument, a second copy of pyproject's
+[project.scripts]. Every longshort-* command now names itself as started, the script's name read from the installed
+distribution's entry points. References: the entry points (importlib.metadata) and the command line the test types
+(sys.orig_argv, or a real `python -m` / console-script run)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from importlib import metadata
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+
+import pytest
+
+from torchtune_longshort.started_as import command_name
+
+OURS = sorted((ep.name, ep.module) for ep in metadata.entry_points(group="console_scripts")
+              if ep.module.split(".")[0] == "torchtune_longshort")
+
+
+def _as_python_m(monkeypatch, typed: str, spec: str) -> None:
+    """This process as `python -B -m <typed>`: Python runs <spec> as __main__."""
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-B", "-m", typed], raising=False)
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=ModuleSpec(spec, None)))
+
+
+def test_every_console_script_is_named_by_its_entry_point():
+    assert len(OURS) >= 5, OURS  # pyproject's [project.scripts], as installed
+    for name, module in OURS:  # a call from other code (this test): the console script's name
+        assert command_name(module) == name, (name, module)
+
+
+@pytest.mark.parametrize("typed, args", [("torchtune_longshort.eval", ["tasks-path", "x"]),
+                                         ("torchtune_longshort.configs_cli", ["--list", "x"])])
+def test_both_forms_refuse_under_their_own_name(typed, args):
+    script = next(name for name, module in OURS if module in (typed, typed + ".__main__"))
+    runs = [([sys.executable, "-m", typed], f"python -m {typed}: error: ")]
+    if (Path(sys.executable).parent / script).is_file():  # the venv's console script, as pip installed it
+        runs.append(([str(Path(sys.executable).parent / script)], f"{script}: error: "))
+    env = {**os.environ, "LONGSHORT_TEST_FRESH": "1"}  # fresh: the warm start's fork keeps the zygote's orig_argv
+    for command, start in runs:
+        done = subprocess.run(command + args, capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 2 and done.stderr.startswith(start), (command, done.stderr)
+        assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_validate_as_python_m_names_itself_in_its_refusal(monkeypatch, capsys):
+    from torchtune_longshort.training.recipe_config import validate
+
+    typed = "torchtune_longshort.training.recipe_config.validate"
+    _as_python_m(monkeypatch, typed, typed)
+    with pytest.raises(SystemExit) as e:
+        validate.main(["--config", "run.yaml"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"python -m {typed}: error: --config: "), err
+    assert err.rstrip().endswith(f": python -m {typed} run.yaml"), err  # the command as it should be, as typed
+
+
+def test_eval_as_python_m_names_itself_on_ctrl_c_and_in_its_closing_line(monkeypatch, capsys):
+    from torchtune_longshort.eval import __main__ as eval_main
+    from torchtune_longshort.eval.cli_messages import summary_line
+
+    _as_python_m(monkeypatch, "torchtune_longshort.eval", "torchtune_longshort.eval.__main__")
+    assert summary_line({"results": {}}).startswith("[python -m torchtune_longshort.eval] "), summary_line({})
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(eval_main, "_evaluate", interrupted)
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "run"])
+    with pytest.raises(SystemExit) as e:
+        eval_main.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and err.startswith("python -m torchtune_longshort.eval: interrupted (SIGINT): "), err
+
+
+def test_the_reports_no_figures_line_names_the_command_as_started(monkeypatch, capsys, tmp_path):
+    from torchtune_longshort.eval.report import build
+
+    _as_python_m(monkeypatch, "torchtune_longshort.eval.report", "torchtune_longshort.eval.report.__main__")
+    monkeypatch.setattr(build, "matplotlib_problem", lambda: "matplotlib is not installed: pip install matplotlib")
+    build._figures({}, {}, tmp_path, {})
+    err = capsys.readouterr().err
+    assert err.startswith("[python -m torchtune_longshort.eval.report] No figures: matplotlib"), err
+
+
+def test_ctrl_c_while_a_python_m_command_imports_names_it_as_typed(monkeypatch, capsys):
+    from torchtune_longshort.refusals import stopped_while_importing
+
+    typed = "torchtune_longshort.training.recipe_config.validate"  # its module's own imports, past the package's
+    _as_python_m(monkeypatch, typed, typed)
+    with pytest.raises(SystemExit) as e:
+        with stopped_while_importing("__main__", "validate.py"):
+            raise KeyboardInterrupt
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and err.startswith(f"python -m {typed}: interrupted (SIGINT): "), err
