@@ -22,9 +22,11 @@ under each rank that refused instead of "To enable traceback see ...", a worker 
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import functools
 import json
+import locale
 import os
 import re
 import select
@@ -151,8 +153,22 @@ def fault_line(error: BaseException) -> Optional[str]:
     if show_traceback():
         return None
     if isinstance(error, REFUSED):  # its own message first (the recipe's OutOfSpace names the checkpoint that stands)
-        return one_line(error)
+        return one_line(error) + locale_codec_fix(error)
     return out_of_space_line(error) if is_out_of_space(error) else None
+
+
+def locale_codec_fix(error: BaseException) -> str:
+    """What to add to ``error``'s line when it is a ``UnicodeError`` of the locale's own codec while Python's UTF-8
+    mode is off (``LC_ALL=C`` with ``PYTHONUTF8=0``): text read or written without naming its encoding (torch's
+    inductor reads its templates so on import), whose fix is the environment's, not the input's ("" otherwise:
+    a data file that is not UTF-8 names its own fix). The line said only "'ascii' codec can't decode byte 0xe2"."""
+    if not isinstance(error, UnicodeError) or sys.flags.utf8_mode or not getattr(error, "encoding", None):
+        return ""
+    codec = codecs.lookup(locale.getpreferredencoding(False)).name
+    if codec == "utf-8" or codecs.lookup(error.encoding).name != codec:
+        return ""
+    return (f" (Python runs with this locale's {codec!r} text encoding and its UTF-8 mode off: run with PYTHONUTF8=1, "
+            "or in a UTF-8 locale such as LC_ALL=C.UTF-8)")
 
 
 def refusing(prog: str, run: Callable[[], T]) -> T:
