@@ -33,6 +33,7 @@ from typing import List, Optional, Tuple, Union
 from torchtune_longshort.config.inside_input import refuse_inside_model
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.disk_space import check_room, naming
+from torchtune_longshort.home_folder import home_folder
 from torchtune_longshort.models.families import UnsupportedModelError, family_of
 from torchtune_longshort.models.gguf_cache import cache_dir, cache_field, lock_beside, waited_for
 from torchtune_longshort.models.gguf_checks import check_readable, converted_bytes, hf_folder_hint, load_complete
@@ -202,7 +203,10 @@ def pypi_model_dir(name: str, root: Optional[PathLike] = None) -> Path:
         raise ValueError(f"model {name!r} is not known; known: {sorted(PYPI_MODELS)}")
     if root is not None or os.environ.get("LONGSHORT_CACHE"):
         return (Path(root) if root is not None else cache_dir()) / name
-    out, before = cache_dir() / name, Path.home() / ".cache" / "torchtune_longshort" / name
+    out, home = cache_dir() / name, home_folder()  # no home (HOME unset, a user id without one): no older cache
+    if home is None:
+        return out
+    before = home / ".cache" / "torchtune_longshort" / name
     return before if not (out / DONE_MARK).is_file() and (before / DONE_MARK).is_file() else out
 
 

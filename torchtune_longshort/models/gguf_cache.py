@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterator, Tuple
 
 from torchtune_longshort.file_locks import flock_named
+from torchtune_longshort.home_folder import home_folder, no_home_words
 
 
 def cache_dir() -> Path:
@@ -23,7 +24,13 @@ def cache_dir() -> Path:
     if given:
         return Path(given).expanduser()
     xdg = os.path.expanduser(os.environ.get("XDG_CACHE_HOME") or "")
-    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "torchtune_longshort"
+    if os.path.isabs(xdg):
+        return Path(xdg) / "torchtune_longshort"
+    home = home_folder()
+    if home is None:  # Path.home()'s RuntimeError ended the command in a traceback
+        raise ValueError(f"the model cache has no folder: {no_home_words()}; set LONGSHORT_CACHE=<folder> (or HOME, "
+                         "or XDG_CACHE_HOME) to a folder you can write")
+    return home / ".cache" / "torchtune_longshort"
 
 
 def cache_field() -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
+from torchtune_longshort.home_folder import home_folder
 from torchtune_longshort.training.checkpointing import (
     MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
 )
@@ -39,9 +40,9 @@ def deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequenc
         cwd = None
     if cwd is not None and _contains(real, cwd):
         return f"it contains the working directory {str(cwd)!r}"
-    home = Path.home().expanduser().resolve()
-    if _contains(real, home):
-        return f"it contains $HOME ({str(home)!r})"
+    home = home_folder()  # None: no home to protect (HOME unset, a user id without one)
+    if home is not None and _contains(real, home.resolve()):
+        return f"it contains $HOME ({str(home.resolve())!r})"
     if (real / ".git").exists():
         return "it is a git work tree"
     if not (real / MARKER).is_file():
