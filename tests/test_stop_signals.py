@@ -224,9 +224,9 @@ def test_a_torchrun_worker_stopped_while_it_imports_says_so_once(tmp_path):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]), LONGSHORT_TEST_FRESH="1",
                    TORCHELASTIC_RUN_ID="test", TORCHELASTIC_ERROR_FILE=str(attempt / str(rank) / "error.json"),
                    RANK=str(rank), LOCAL_RANK=str(rank))
-        results.append(subprocess.run([sys.executable, "-m", "torchtune_longshort.recipes.longshort_finetune",
-                                       "--config", "x.yaml"], cwd=REPO, env=env, capture_output=True, text=True,
-                                      timeout=60))
+        recipe_file = REPO / "torchtune_longshort" / "recipes" / "longshort_finetune.py"  # as `tune run` starts it
+        results.append(subprocess.run([sys.executable, str(recipe_file), "--config", "x.yaml"], cwd=REPO, env=env,
+                                      capture_output=True, text=True, timeout=60))
     first, second = results
     said = f"longshort_finetune: interrupted ({signal.Signals(signal.SIGINT).name}): stopped while it started"
     assert [p.returncode for p in results] == [128 + signal.SIGINT] * 2, [p.stderr[-2000:] for p in results]
