@@ -48,7 +48,7 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
     path, own = Path(path), tmp is None
     recording = _RECORDING.get()
     if recording is not None:
-        recording.claim(path, *([Path(tmp)] if tmp is not None else []))
+        recording.make_folders(path)
     try:
         tmp, f = new_temporary(path, mode, _claim=recording and recording.claim, **kwargs) if tmp is None else \
             (Path(tmp), _own_temporary(Path(tmp), mode, **kwargs))
@@ -56,17 +56,22 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
         if not e.filename and e.errno:
             raise OSError(e.errno, e.strerror, str(path)) from e
         raise
+    if recording is not None and not own:
+        recording.claim(tmp)  # opened (made) by this call: listed now it exists
     try:
         with f:  # closed (the flock given back) once the file is in place, or gone
             try:
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
-                os.replace(tmp, path)
+                written = os.fstat(f.fileno())
+                try:
+                    os.replace(tmp, path)
+                finally:  # listed once in place (a Ctrl-C just after the rename too), and only if it is this file
+                    if recording is not None:
+                        recording.placed_at(path, written)
                 if own:  # what killed writers of path left (.<name>.<8 hex>.tmp, a day old), now written whole
                     remove_abandoned_temporaries(path)
-                if recording is not None:
-                    recording.placed[os.path.abspath(path)] = _identity(os.fstat(f.fileno()))
             except BaseException:
                 # removed while the flock is held: a writer waiting for it then finds no tmp and makes its own (removed
                 # after, it was the waiting writer's file, and that writer's rename failed)
@@ -184,6 +189,17 @@ def _identity(st: os.stat_result) -> tuple:
     return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
+def is_written_file(path: Union[str, Path], written: Optional[os.stat_result]) -> bool:
+    """Whether the entry at ``path`` is the very file whose ``os.fstat`` was ``written`` (``os.path.samestat``: not
+    a link, not a file another process put there since): what a run may list as a file it wrote. A name
+    listed before its file was in place named no file once the run was killed (SIGKILL) in between, and the next
+    run took a file of the user's put at that name for its own and overwrote it."""
+    try:
+        return written is not None and os.path.samestat(os.lstat(path), written)
+    except OSError:
+        return False
+
+
 def _written_paths(folder: Path, patterns: Sequence[str]) -> set:
     """The paths under ``folder`` of the names a command writes (``patterns``), the contents of folders included."""
     found = {p for pattern in patterns for p in folder.glob(pattern)}
@@ -197,10 +213,11 @@ WRITING = ".longshort_writing"
 
 class _Record:
     """The names (relative, with ``/``) one :func:`undone_on_failure` block writes into ``folder``, kept on disk in
-    ``folder/WRITING`` *before* each file (and each folder it makes) appears, with those a killed run listed."""
+    ``folder/WRITING`` with those a killed run listed: each file once it is in place and is the one this block wrote
+    (:func:`is_written_file`), each folder once this block made it, each temporary file once made."""
 
-    def __init__(self, folder: Path, before: set, leftover: Sequence[str]):
-        self.folder, self.before, self.leftover, self.names = folder, before, set(leftover), set()
+    def __init__(self, folder: Path, leftover: Sequence[str]):
+        self.folder, self.leftover, self.names = folder, set(leftover), set()
         self.placed: Dict[str, tuple] = {}  # {absolute path: identity of the file this block put there}
 
     def put_here(self, path: Path) -> bool:
@@ -211,19 +228,37 @@ class _Record:
             return False
         return stat.S_ISDIR(st.st_mode) or self.placed.get(os.path.abspath(path)) == _identity(st)
 
+    def _relative(self, path: Path) -> Optional[Path]:
+        try:
+            return Path(os.path.abspath(path)).relative_to(os.path.abspath(self.folder))
+        except ValueError:
+            return None  # not in this folder
+
+    def make_folders(self, path: Path) -> None:
+        """Make the folders above ``path``, listing those in ``folder`` that this call made, once made."""
+        rel = self._relative(path)
+        if rel is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        made = []
+        for a in reversed(rel.parents[:-1] if rel is not None else ()):
+            with contextlib.suppress(FileExistsError):
+                (self.folder / a).mkdir()
+                made.append(self.folder / a)
+        self.claim(*made)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+
     def claim(self, *paths: Path) -> None:
-        new = set()
-        for path in paths:
-            try:
-                rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(self.folder))
-            except ValueError:
-                continue  # not in this folder
-            new |= {rel.as_posix()} | {a.as_posix() for a in rel.parents[:-1] if self.folder / a not in self.before}
+        """List ``paths`` (in place, and this block's) as written."""
+        new = {rel.as_posix() for rel in map(self._relative, paths) if rel is not None}
         if new - self.names:
             self.names |= new
             self.save(self.leftover | self.names)
-        for path in paths:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+    def placed_at(self, path: Path, written: os.stat_result) -> None:
+        """``path`` listed when the file there is the one whose fstat was ``written`` (:func:`is_written_file`)."""
+        if is_written_file(path, written):
+            self.placed[os.path.abspath(path)] = _identity(written)
+            self.claim(path)
 
     def save(self, names: set) -> None:
         token = _RECORDING.set(None)  # the record's own file is not one of the run's
@@ -255,13 +290,14 @@ def undone_on_failure(folder: Union[str, Path], patterns: Sequence[str],
       own record still lists) and the rerun the failure asks for is not refused for this run's leftovers. Files it
       replaced stay (each written whole).
     - When it is killed (SIGKILL, no Python left to clean up), ``folder/WRITING`` lists what it wrote, each name
-      recorded before the file appeared: :func:`check_output_folder` takes those as an earlier run's.
+      recorded once its file was in place (:class:`_Record`): :func:`check_output_folder` takes those as an earlier
+      run's, and a name it had not written yet is not among them (a file of the user's put there is refused).
     - When it succeeds, what an earlier run wrote and this one did not write again goes (``replaces``: the names an
       earlier run's own record lists; with those a killed run recorded), so that no stale figure stays beside the new
       report, and the record goes."""
     folder = Path(folder)
     made, before = missing_root(folder), _written_paths(folder, patterns)
-    record = _Record(folder, before, read_names(folder / WRITING) or [])
+    record = _Record(folder, read_names(folder / WRITING) or [])
     token = _RECORDING.set(record)
     try:
         yield

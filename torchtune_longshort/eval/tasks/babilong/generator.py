@@ -59,7 +59,8 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported 
     )
     from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, PROMPT_STYLES, check_prompt_style
     from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
-    from torchtune_longshort.output_guard import atomic_open, check_output_folder, read_names, write_names
+    from torchtune_longshort.output_guard import (atomic_open, check_output_folder, is_written_file, read_names,
+                                                  write_names)
     from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 
 # What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
@@ -269,7 +270,7 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines: _Repl
                 written = os.fstat(f.fileno())
         finally:  # listed once in place (a Ctrl-C just after the rename too): listed before, a run killed (SIGKILL)
             # in between left a name with no file, and the next run overwrote a file of the user's put there
-            if written is not None and os.path.lexists(path) and os.path.samestat(os.lstat(path), written):
+            if is_written_file(path, written):
                 _record(out, f"{length}/{qa}.jsonl")
         paths.append(path)
 
