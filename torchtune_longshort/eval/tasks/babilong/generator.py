@@ -308,18 +308,17 @@ def _written(out: Path) -> List[str]:
     return read_names(out / WRITTEN) or []
 
 
-def _record(out: Path, name: str, add: bool = True) -> bool:
-    """Add ``name`` to ``out``'s :data:`WRITTEN` list (``add=False``: take it off); whether it was not there yet.
-    Read and written under the list's flock: two generators on one ``--out`` each wrote the list it had read, so
-    the first's name was lost (and its file refused to its rerun, as written by no earlier run)."""
+def _record(out: Path, name: str) -> None:
+    """Add ``name`` to ``out``'s :data:`WRITTEN` list, read and written under the list's flock: two generators on
+    one ``--out`` each wrote the list it had read, so the first's name was lost (and its file refused to its rerun,
+    as written by no earlier run)."""
     fd, _ = flock_named(out / WRITTEN, os.O_RDONLY)  # the list itself, made empty where absent (read as no names)
     try:
         have = _written(out)
-        if (name not in have) == add:
-            write_names(out / WRITTEN, have + [name] if add else [w for w in have if w != name])
+        if name not in have:
+            write_names(out / WRITTEN, have + [name])
     finally:
         os.close(fd)
-    return name not in have
 
 
 def _comma_list(ap: ArgumentParser, flag: str, text: str, accepted) -> List[str]:
