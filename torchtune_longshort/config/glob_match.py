@@ -14,7 +14,7 @@ import glob
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, List, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 # How a data glob is read (glob.glob's recursive): a ``**`` name is any folders, none included (``./**/*.txt`` reads
 # ``./notes.txt`` and ``./a/b/c.txt``), as ``datasets``' data_files reads it; it was one name, as ``*`` is.
@@ -22,44 +22,67 @@ RECURSIVE = True
 STAR = object()  # a run of anything: ``*`` in a name, ``**`` among a path's names
 
 
-def glob_files(pattern: Union[str, Path]) -> List[Path]:
+def glob_files(pattern: Union[str, Path], skipped: Optional[List[Path]] = None) -> List[Path]:
     """The files a data glob ``pattern`` names, sorted, as every reader of the project expands it
     (:func:`~torchtune_longshort.data.file_paths.resolve_files`). Below the pattern's fixed head no link to a folder
     is followed, as ``datasets``' ``data_files`` and a folder walk read them (``books/*/*.txt`` leaves out
     ``books/link/c.txt``, ``books/link -> ../elsewhere``): glob.glob followed them, so two links to one folder, or a
     link beside its target, read each of its files twice, and a link loop read them over and over. A link in the
-    head (``data/*.txt``, ``data -> /mnt/data``) and a link to a file are followed, as ``datasets`` follows them."""
+    head (``data/*.txt``, ``data -> /mnt/data``) and a link to a file are followed, as ``datasets`` follows them.
+    ``skipped``, given, gets the links left out behind which a match lies (``books/link``), sorted, for the note
+    that says so (:func:`~torchtune_longshort.data.file_paths.note_skipped_links`)."""
     pattern = str(Path(pattern).expanduser())
     parts = Path(pattern).parts
     head = next((k for k, part in enumerate(parts) if glob.has_magic(part)), len(parts))
+    links: set = set()
     if RECURSIVE and "**" in parts:
-        matches = _deep_glob(pattern)
+        matches = _deep_glob(pattern, links)
     else:  # each name of a match stands for one of the pattern's: a link among its folders below the head is left
-        matches = [f for f in glob.glob(pattern) if not any(
-            os.path.islink(os.path.join(*parts[:head], *Path(f).parts[head:k + 1]))
-            for k in range(head, len(parts) - 1))]
+        matches = []
+        for f in glob.glob(pattern):
+            link = next((q for q in (os.path.join(*parts[:head], *Path(f).parts[head:k + 1])
+                                     for k in range(head, len(parts) - 1)) if os.path.islink(q)), None)
+            if link is None:
+                matches.append(f)
+            elif os.path.isfile(f):
+                links.add(link)
+    if skipped is not None:
+        skipped += sorted(map(Path, links))
     return [Path(f) for f in sorted(matches) if Path(f).is_file()]
 
 
-def _deep_glob(pattern: str) -> List[str]:
+def _deep_glob(pattern: str, links: Optional[set] = None) -> List[str]:
     """``glob.glob(pattern, recursive=True)`` without following a link to a folder below the pattern's fixed head
     (:func:`glob_files`). The folders below the head are walked and each file's names matched against the
     pattern's, a hidden name only by a pattern name starting with a dot, as glob reads them. A folder no match can
     lie below is not walked, as glob lists none (``**/*.md`` beside a ``.venv/`` walked its 60,000 files, 11 s where
-    glob took 0.06 s, and ``data*/**/*.txt`` every folder beside ``data*``)."""
+    glob took 0.06 s, and ``data*/**/*.txt`` every folder beside ``data*``). ``links``, given, gets the links to
+    folders left out behind which a match lies (each probed up to its first match, its own links not followed)."""
     parts = Path(pattern).parts
     head = next(k for k, part in enumerate(parts) if glob.has_magic(part))
     base, rest = os.path.join(".", *parts[:head]), tuple(STAR if p == "**" else p for p in parts[head:])
     shown = lambda n: not (isinstance(n, str) and n.startswith("."))  # noqa: E731  (what a ** takes)
-    found = []
-    for root, dirs, files in os.walk(base):  # followlinks=False: a link to a folder is listed, never entered
+    at = lambda names: os.path.join(*parts[:head], *names) if head else os.path.join(*names)  # noqa: E731
+    left: List[Tuple[str, ...]] = []
+    found = [at(names) for names in _walk_matches(base, base, rest, shown, left)]
+    if links is not None:
+        links.update(at(names) for names in left
+                     if next(_walk_matches(os.path.join(base, *names), base, rest, shown, []), None) is not None)
+    return found
+
+
+def _walk_matches(top: str, base: str, rest: Tuple[object, ...], shown: Callable[[object], bool],
+                  left: List[Tuple[str, ...]]) -> Iterator[Tuple[str, ...]]:
+    """The names (relative to ``base``) of the files under ``top`` that fit ``rest``, walked without entering a link
+    to a folder (``top`` itself is entered); ``left`` gets the names of such links a match may lie below."""
+    for root, dirs, files in os.walk(top):  # followlinks=False: a link to a folder is listed, never entered
         below = Path(os.path.relpath(root, base)).parts  # () at the base
         dirs[:] = [d for d in dirs if _meet(rest, (*below, d, STAR), _glob_name, shown)]  # a match may lie below
+        left += [(*below, d) for d in dirs if os.path.islink(os.path.join(root, d))]
         for name in files:
             names = Path(os.path.relpath(os.path.join(root, name), base)).parts
             if _meet(rest, names, _glob_name, shown):
-                found.append(os.path.join(*parts[:head], *names) if head else os.path.join(*names))
-    return found
+                yield names
 
 
 def _glob_name(pattern: str, name: str) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.config.glob_match import glob_files
-from torchtune_longshort.data.file_paths import resolve_files
+from torchtune_longshort.data.file_paths import resolve_files, skipped_links
 from torchtune_longshort.data.file_kinds import JSON_LINES_SUFFIX, JSON_SUFFIX
 from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents
 
@@ -71,8 +71,10 @@ def named_path(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     out: List[Tuple[str, Path]] = []
     for at, entry in entries:
         p = Path(entry).expanduser()
-        if not p.exists() and not glob_files(p):
-            raise FileNotFoundError(f"{where}.path{at}={entry!r} does not exist (no such file, folder or glob match)")
+        links: List[Path] = []
+        if not p.exists() and not glob_files(p, links):
+            raise FileNotFoundError(f"{where}.path{at}={entry!r} does not exist (no such file, folder or glob match)"
+                                    f"{skipped_links(entry, links, refused=True)}")
         out.append((f"{where}.path{at}", p))
     return out
 

@@ -5,6 +5,7 @@ task pack resolves its local data with it at import time."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import logging
 import os
@@ -37,8 +38,10 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
     files: List[Path] = []
     for entry in entries:
         p = Path(entry).expanduser()
+        links: List[Path] = []  # links to folders left out, behind which a file to read lies
         if p.is_dir():
             names = sorted(p.rglob("*"))
+            links = [f for f in names if f.is_symlink() and f.is_dir() and not in_hidden(f, p) and _holds(f, suffixes)]
             walked = [f for f in names if f.is_file()]
             unread = [f for f in names if f.suffix in suffixes and not (f.is_file() or f.is_dir() or in_hidden(f, p))]
             if unread:  # were left out without a word: a corpus read fewer files than the folder names
@@ -52,15 +55,59 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
             if left_out is not None:
                 left_out += [f for f in walked if f.suffix not in suffixes]
             if not found:
-                raise FileNotFoundError(f"{setting}={str(entry)!r} holds no files ending in {list(suffixes)}")
+                raise FileNotFoundError(f"{setting}={str(entry)!r} holds no files ending in {list(suffixes)}"
+                                        f"{skipped_links(entry, links, refused=True)}")
         elif p.is_file():
             found = [p]
         else:
-            found = glob_files(p)
+            found = glob_files(p, links)
             if not found:
-                raise FileNotFoundError(f"{setting}={str(entry)!r} does not exist (no such file, folder or glob match)")
+                raise FileNotFoundError(f"{setting}={str(entry)!r} does not exist (no such file, folder or glob match)"
+                                        f"{skipped_links(entry, links, refused=True)}")
+        note_skipped_links(setting, entry, links)
         files.extend(found)
     return files
+
+
+def _holds(folder: Path, suffixes: Sequence[str]) -> bool:
+    """Whether ``folder`` (a link to one, entered) holds a file ending in one of ``suffixes``, not hidden, as a
+    folder path reads it (links below it not entered); the walk stops at the first."""
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if any(Path(f).suffix in suffixes and not f.startswith(".") and os.path.isfile(os.path.join(root, f))
+               for f in files):
+            return True
+    return False
+
+
+def skipped_links(entry: Union[str, Path], links: Sequence[Path], refused: bool = False) -> str:
+    """The words for ``links`` to folders that a data path ``entry`` leaves out (:func:`resolve_files`): how many,
+    the first and where it leads, and the path that reads it (the link named in the path's fixed part, which is
+    followed); "" when there are none. ``refused``: for a refusal that found no file (its files lie behind them)."""
+    if not links:
+        return ""
+    first, parts = links[0], Path(entry).expanduser().parts
+    deep = next((k for k, part in enumerate(parts) if part == "**"), len(parts))
+    rest = parts[min(len(first.parts), deep):] if glob.has_magic(str(entry)) else ()
+    fix = str(Path(first, *rest))
+    said = (f"{len(links)} link(s) to folders below its fixed part, not followed (as datasets' data_files follows "
+            f"none; first: {first} -> {os.readlink(first)})")
+    if refused:
+        return f"; what it names lies behind {said}: name the link itself, {fix!r}"
+    return f"{said}: their files are not read; to read them, name the link itself, {fix!r}"
+
+
+_told: set = set()  # (setting, entry) whose skipped links were noted in this process
+
+
+def note_skipped_links(setting: str, entry: Union[str, Path], links: Sequence[Path]) -> None:
+    """One warning, once per data path in a process and on its first rank, naming the ``links`` to folders it left
+    out (:func:`skipped_links`): a corpus linked into a data folder (``data/pg19 -> /mnt/big/pg19``) was read
+    without it, and without a word."""
+    key = (setting, str(entry))
+    if links and key not in _told and launched_rank() == 0:
+        _told.add(key)
+        log.warning("%s=%r: %s", setting, str(entry), skipped_links(entry, links))
 
 
 def no_file(f: Path) -> str:
