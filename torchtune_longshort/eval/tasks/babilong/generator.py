@@ -58,6 +58,7 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported 
         short_local_haystack,
     )
     from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, PROMPT_STYLES, check_prompt_style
+    from torchtune_longshort.eval.tasks.babilong.partials import partial_of, remove_killed_partials
     from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
     from torchtune_longshort.output_guard import (atomic_open, check_output_folder, is_written_file, read_names,
                                                   write_names)
@@ -172,18 +173,21 @@ def generate(
     lines = _Replay(iter_haystack_lines(haystack, label="--haystack"))  # named as typed, as --tokenizer is
     lines.line(0)  # a haystack that cannot be read is refused before any write
     _warn_if_repeated(haystack, max(LENGTHS[l] for l in lengths), count_tokens)
-    paths = []
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(lengths) * len(qa_tasks) * len(depths or [None]) * n, desc="babilong rows", unit="row",
-               disable=not progress)
     prompts = {}
     if fit == "prompt":
         # deferred: lm_eval (the prompt is measured on lm-eval's task; --fit input needs none of it)
         from torchtune_longshort.eval.tasks.babilong.prompt import task_prompt
 
         prompts = {qa: task_prompt(qa, prompt) for qa in qa_tasks}
+    remove_killed_partials(out, list(LENGTHS), QA_TASKS, out / WRITTEN)  # once nothing is left to refuse
+    paths = []
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(lengths) * len(qa_tasks) * len(depths or [None]) * n, desc="babilong rows", unit="row",
+               disable=not progress)
     with contextlib.closing(bar), _taken_back(out, lengths):  # the bar closed before a failure's line
+        # the list made before the first partial file: what marks a killed run's partial files as the generator's
+        os.close(flock_named(out / WRITTEN, os.O_RDONLY, make_folder=True)[0])
         for length in lengths:
             _write_length(out, length, qa_tasks, depths, n, lines, count_tokens, seed, prompts, bar, paths)
     return paths
@@ -259,7 +263,7 @@ def _write_length(out: Path, length: str, qa_tasks, depths, n: int, lines: _Repl
         path = out / length / f"{qa}.jsonl"
         written = None  # the file this run wrote, once whole
         try:  # written aside (an earlier file stays whole until this one is); a full disk removes the part
-            with atomic_open(path, "w", tmp=path.with_name(f".{path.name}.partial"), encoding="utf-8") as f:
+            with atomic_open(path, "w", tmp=partial_of(path), encoding="utf-8") as f:
                 for depth in plan:
                     rng, hay = random.Random(stream_seed(seed, qa, length, depth)), lines.replay()
                     for _ in range(n):
