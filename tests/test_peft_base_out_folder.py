@@ -37,12 +37,15 @@ def test_an_empty_out_folder_is_written_into_and_keeps_its_mode(tmp_path, capsys
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".shared_out.")] == []  # no folder aside left
 
 
-def _small_disk(where) -> bool:
-    """A 64 KiB tmpfs mounted at ``where`` and filled up by a file of its own (root only); False where none mounts."""
+def _small_disk(where, size: str = "64k", fill: bool = True) -> bool:
+    """A tmpfs of ``size`` mounted at ``where``, filled up by a file of its own unless not ``fill`` (root only); False
+    where none mounts."""
     where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
                                            capture_output=True).returncode != 0:
         return False
+    if not fill:
+        return True
     with open(where / "theirs.bin", "wb", buffering=0) as f:  # not the command's: it must stay
         try:
             while True:
@@ -74,3 +77,27 @@ def test_a_write_that_fails_midway_takes_back_the_parents_it_made_and_nothing_el
         os.chmod(step3 / "tokenizer_config.json", 0o644)
         if mounted:
             subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_full_disk_is_told_with_the_room_the_write_found_not_the_room_its_cleanup_left(tmp_path, capsys):
+    """A tokenizer.json larger than a 1 MiB tmpfs (SmolLM2's is 3.4 MiB): the line said "1 MiB free of 1 MiB", the
+    room after the cleanup; it says now the room when the copy failed. Reference: a tmpfs a copy filled up until
+    ENOSPC has no page left (0 B free), and after the cleanup ``shutil.disk_usage`` sees it empty again."""
+    import shutil
+
+    base, _, step3 = yarn_run(tmp_path)
+    _with_tokenizer(base, step3)
+    with open(step3 / "tokenizer.json", "a") as f:
+        f.write(" " * (2 << 20))  # trailing whitespace: the same JSON, 2 MiB more
+    disk = tmp_path / "disk"
+    if not _small_disk(disk, "1m", fill=False):
+        pytest.skip("no tmpfs could be mounted here")
+    try:
+        with pytest.raises(SystemExit):
+            main([str(step3), "--out", str(disk / "base")], PROG)
+        err = capsys.readouterr().err
+        usage = shutil.disk_usage(disk)
+        assert usage.free == usage.total == 1 << 20  # the cleanup took back all it wrote
+        assert "tokenizer.json (0 B free of 1 MiB on " in err and "when the write failed)" in err, err
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

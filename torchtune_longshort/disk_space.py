@@ -156,10 +156,24 @@ def no_room(error: BaseException) -> Tuple[str, str]:
     return NO_ROOM
 
 
-def out_of_space_line(error: BaseException) -> str:
-    """One line for an out-of-space ``error``: the file it was writing (when it names one) and its disk's room."""
+_ROOM_THEN = "_longshort_room_then"
+
+
+def note_room(error: BaseException) -> None:
+    """Keep on an out-of-space ``error`` the room of the disk it was writing, measured now: called before a cleanup
+    frees what the failed write took, so that its line (:func:`out_of_space_line`) says the room the write found
+    ("0 B free of 1 MiB ... when the write failed"), not the room the cleanup left ("1 MiB free of 1 MiB")."""
     target = written_file(error)
-    have = room_text(target) if target else ""
+    have = room_text(target) if target and is_out_of_space(error) else ""
+    if have:
+        setattr(error, _ROOM_THEN, f"{have} when the write failed")
+
+
+def out_of_space_line(error: BaseException) -> str:
+    """One line for an out-of-space ``error``: the file it was writing (when it names one) and its disk's room (as
+    :func:`note_room` kept it, else measured now)."""
+    target = written_file(error)
+    have = getattr(error, _ROOM_THEN, "") or (room_text(target) if target else "")
     place = f" writing {target}" + (f" ({have})" if have else "") if target else ""
     head, fix = no_room(error)
     return f"{head}{place}: {reason(error)}; {fix}, and run again"

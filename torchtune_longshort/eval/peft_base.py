@@ -29,6 +29,7 @@ import shutil
 from pathlib import Path
 from typing import List, NamedTuple, Optional
 
+from torchtune_longshort.disk_space import note_room
 from torchtune_longshort.eval.peft_fit import (hub_cached_folder, hub_named, recorded_base_found, recorded_base_name,
                                               recorded_base_said, same_checkpoint)
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE, check_checkpoint_folder, read_hf_config
@@ -155,7 +156,8 @@ def write_base_folder(plan: BasePlan) -> str:
                 aside.rmdir()
             else:
                 os.rename(aside, plan.out)
-        except BaseException:
+        except BaseException as e:
+            note_room(e)  # the room the write found, before the cleanup below frees what it took
             for f in moved:  # this call's files in the user's folder
                 if f.is_dir() and not f.is_symlink():
                     shutil.rmtree(f)
