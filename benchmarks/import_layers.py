@@ -12,7 +12,7 @@ PACKAGE = "torchtune_longshort"
 FLOORS: Dict[str, Tuple[float, str]] = {
     "": (0, "ground: the package"),
     **{m: (0, "ground: stdlib / torch only") for m in (
-        "windows", "lengths", "intervals", "refusals", "devices", "pack_prefix", "_quiet",
+        "windows", "lengths", "intervals", "refusals", "devices", "pack_prefix", "_quiet", "plural",
         "output_guard", "made_folders", "disk_space", "launcher", "worker_pool", "file_locks", "temporary_files",
         "started_as", "home_folder")},
     **{m: (1, "kits on the ground") for m in ("rope", "loss", "hidden_states", "configs_cli", "config", "plots")},

@@ -201,7 +201,7 @@ def test_quick_run_on_the_real_model_then_a_rerun_skips_every_cell(tmp_path, rea
     before = {k: (out / "cells" / k / "result.json").stat().st_mtime_ns for k in keys}
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "4 cells (4 variants x 1 lengths), 4 done before, 0 to run" in again.stdout
+    assert "4 cells (4 variants x 1 length), 4 done before, 0 to run" in again.stdout
     assert all(f"{k}: result.json present (ok), skipped" in again.stdout for k in keys)
     assert {k: (out / "cells" / k / "result.json").stat().st_mtime_ns for k in keys} == before
     assert list(csv.DictReader(open(rep / "results.csv"))) == rows

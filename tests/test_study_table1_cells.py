@@ -120,7 +120,10 @@ def test_a_failing_cell_is_recorded_the_others_run_and_the_command_exits_1(tmp_p
     out = tmp_path / "out"
     assert main(["--config", str(cfg), "--out", str(out), "--repo-root", str(tmp_path)]) == 1
     assert len(calls) == 4 and all(a[3] == "run" and "--tasks" in a for a in calls)
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("[table1] 4 cells (4 variants x 1 length), 0 done before, 4 to run")
+               for line in lines), lines
+    last = lines[-1]
     assert last == "[table1] 4 of 4 cells not ok: base_384, ntk_384, pi_384, yarn_384"  # safe_dump sorts variants
     pi = json.loads((out / "cells/pi_384/result.json").read_text())
     assert pi["status"] == "failed" and pi["error"] == "eval: lm-eval exited with 1: RuntimeError: planted crash"

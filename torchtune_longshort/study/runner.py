@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
 from torchtune_longshort.output_guard import atomic_write_json, read_json
+from torchtune_longshort.plural import counted
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 from torchtune_longshort.study.config import StudyConfig
@@ -140,7 +141,7 @@ class Study(RunStages):
             rec["wall_s_train"] = round(time.time() - t0, 1)
             if evaluate:
                 stage, t1 = "eval", time.time()
-                self.log(f"[study] {key}: evaluating {len(self.eval_tasks())} tasks")
+                self.log(f"[study] {key}: evaluating {counted(len(self.eval_tasks()), 'task')}")
                 rec.update(self._eval(key, ckpt, spec, trained_now))
                 rec["wall_s_eval"] = round(time.time() - t1, 1)
             rec["status"] = "ok"

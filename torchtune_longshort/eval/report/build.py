@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.plural import counted
 from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusing, stoppable,
                                           stopped_while_importing, user_path)
 from torchtune_longshort.started_as import command_name
@@ -336,7 +337,7 @@ def _figures(runs: Dict[str, Dict[str, Dict[str, Any]]], dirs: Dict[str, Path], 
             n = even_cell_counts(info["samples"].get(current_name(family)), info["limit"],
                                  [(lab, d) for (_, lab), row in grid.items() for d in row])
             title += f" (n per cell: the task's {info['samples'].get(current_name(family))} samples over its " \
-                     f"{len(n)} cells)" if n else ""
+                     f"{counted(len(n), 'cell')})" if n else ""
         save_figure(heatmap_figure(grid, title, n, what), out_dir / name, dpi=120)
         files.append(name)
     return files, notes

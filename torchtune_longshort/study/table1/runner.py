@@ -38,6 +38,7 @@ from torchtune_longshort.eval.report.results_io import (
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
 from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, check_output_folder, read_json
+from torchtune_longshort.plural import counted
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
@@ -244,8 +245,9 @@ class Table1:
             atomic_write_text(self.out / TABLE1_MARKER, "made by torchtune_longshort's Table 1\n")
         cells = self.cfg.cells()
         todo = [(v, n) for v, n in cells if self.done(v, n) is None]
-        self.log(f"[table1] {len(cells)} cells ({len(self.cfg.variants)} variants x {len(self.cfg.lengths)} "
-                 f"lengths), {len(cells) - len(todo)} done before, {len(todo)} to run, {self.cfg.jobs} at once"
+        self.log(f"[table1] {counted(len(cells), 'cell')} ({counted(len(self.cfg.variants), 'variant')} x "
+                 f"{counted(len(self.cfg.lengths), 'length')}), {len(cells) - len(todo)} done before, {len(todo)} "
+                 f"to run, {self.cfg.jobs} at once"
                  + (f", {self.cfg.threads} thread(s) each" if self.cfg.threads else ""))
         for v, n in cells:
             if (v, n) not in todo:
