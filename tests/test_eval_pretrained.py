@@ -116,86 +116,103 @@ def test_a_checkpoint_transformers_cannot_run_is_refused_for_hf(tiny_llama2_dir,
     lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={folders['yarn']}"])
 
 
-def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_llama2_dir, sp_tokenizer_dir):
-    # both were refused only while lm-eval built the model or the task, after its start-up log
-    for args, match in [(["--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},rope=yarnn"],
-                         r"rope='yarnn' is not a RoPE method \(did you mean 'yarn'\?\)"),
-                        (["--model", "hf", "--metadata", '{"ppl_max_seq_lengths": "abc"}'],
-                         r"--metadata ppl_max_seq_lengths='abc': \['abc'\] not accepted"),
-                        # a RoPE parameter's own check named it without the rope_ the user typed ("factor=0.5")
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=0.5"],
-                         r"^rope_factor=0.5 is not accepted: expected a number >= 1"),
-                        # a misspelled parameter: a TypeError traceback naming 'fctor', once the model was built
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_fctor=2"],
-                         r"rope_fctor=2 is not a parameter of RoPE method 'yarn' \(did you mean 'rope_factor'\?\): it "
-                         r"takes \['rope_alpha'"),
-                        # CLEX's factor is t_max; the hint was rope_param_factor, the width of its ODE
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,rope_factor=2"],
-                         r"rope_factor=2 is not a parameter of RoPE method 'clex' \(did you mean 'rope_t_max'\?\)"),
-                        # LongRoPE without its factor lists (a TypeError traceback)
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=longrope"],
-                         r"missing 2 required keyword-only arguments: 'short_factor' and 'long_factor': give it as "
-                         r"rope_<name>= in --model_args \(a list cannot be given there"),
-                        # a factor from max_length below the pre-trained positions: refused by the build, after
-                        # lm-eval's start-up, naming max_seq_len, which the user never typed
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,max_length=128"],
-                         r"rope=yarn without rope_factor scales to max_length=128, below the 256 positions .* "
-                         r"\(factor 128/256 < 1\): give rope_factor=<s >= 1>, or max_length="),
-                        # CLEX's scale is t_max (an integer, max_length // the pre-trained positions): below them
-                        # the build refused naming max_seq_len and t_max, neither typed; between two multiples the
-                        # positions past t_max x 256 ran at t_max, covered as the verdict said, unsaid
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,max_length=128"],
-                         r"rope=clex without rope_t_max scales to max_length=128, below the 256 positions .* "
-                         r"\(t_max 128/256 < 1\): give rope_t_max=<an integer >= 1>, or max_length="),
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,max_length=384"],
-                         r"rope=clex without rope_t_max scales to max_length=384 by an integer t_max=1, which covers "
-                         r"256 of its positions .*: give rope_t_max=2$"),
-                        # rope_max_seq_len, named as typed with its fix: the build said "pass factor >= 1 ... or a
-                        # longer max_seq_len", CLEX no fix, 'abc' Python's int() error; 0 was taken without a word
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_max_seq_len=128"],
-                         r"^rope=yarn,rope_max_seq_len=128: rope_max_seq_len=128 is below the 256 pre-trained "
-                         r"positions .*: give rope_max_seq_len >= 256 \(the length to scale to\), or rope_factor="),
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,rope_t_max=4,"
-                          "rope_max_seq_len=512"],
-                         r"^rope_max_seq_len=512 is too short .*: give rope_max_seq_len >= 1024, or rope_t_max <= 2$"),
-                        *[(["--model", "longshort", "--device", "cpu", "--model_args",
-                            f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,"
-                            f"rope_max_seq_len={v}"],
-                           rf"^rope_max_seq_len={v!r} is not accepted: expected a token count >= 1")
-                          for v in ("abc", 0)],
-                        # past what the override's own scaling reaches: positions 512-2047 extrapolated unsaid, and
-                        # rope=default ran plain RoPE past its positions with no verdict
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=linear,rope_factor=2,"
-                          "rope_max_seq_len=2048"],
-                         r"rope_max_seq_len=2048 is past the 512 positions rope_factor=2 scales the 256 pre-trained "
-                         r"positions to: give rope_factor=8, or rope_max_seq_len <= 512"),
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=default,"
-                          "rope_max_seq_len=512"],
-                         r"RoPE method 'default' scales nothing, so rope_max_seq_len=512 is past the 256 pre-trained "
-                         r"positions it covers: give a method that scales \(rope=yarn,rope_factor=2\)"),
-                        # the checkpoint's pairing of dimensions, not the scaling's: taken, it rotated the wrong pairs
-                        (["--model", "longshort", "--device", "cpu", "--model_args",
-                          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=2,"
-                          "rope_layout=half"],
-                         r"^longshort model: rope_layout=half: which dimensions RoPE pairs is the checkpoint's .*: "
-                         r"leave rope_layout out$"),
-                        # the override under hf: transformers' 61-line TypeError after lm-eval's start-up
-                        (["--model", "hf", "--model_args", f"pretrained={tiny_llama2_dir},rope=yarn,rope_factor=2"],
-                         r"--model_args rope=yarn: a RoPE override is the longshort model's \(--model longshort\); "
-                         r"--model hf takes none")]:
+def _refused_before_lm_eval(cases):
+    """Each ``(args, match)``: ``longshort-eval run --tasks longshort_ppl <args>`` refused by the argument check
+    (before lm-eval starts) with a ``ValueError`` matching ``match``."""
+    for args, match in cases:
         with pytest.raises(ValueError, match=match):
             check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", *args]))
+
+
+def test_a_rope_method_or_lengths_typo_is_refused_before_lm_eval_starts(tiny_llama2_dir, sp_tokenizer_dir):
+    # both were refused only while lm-eval built the model or the task, after its start-up log
+    _refused_before_lm_eval([
+        (["--model", "longshort", "--model_args", f"pretrained={tiny_llama2_dir},rope=yarnn"],
+         r"rope='yarnn' is not a RoPE method \(did you mean 'yarn'\?\)"),
+        (["--model", "hf", "--metadata", '{"ppl_max_seq_lengths": "abc"}'],
+         r"--metadata ppl_max_seq_lengths='abc': \['abc'\] not accepted"),
+        # a RoPE parameter's own check named it without the rope_ the user typed ("factor=0.5")
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=0.5"],
+         r"^rope_factor=0.5 is not accepted: expected a number >= 1"),
+        # a misspelled parameter: a TypeError traceback naming 'fctor', once the model was built
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_fctor=2"],
+         r"rope_fctor=2 is not a parameter of RoPE method 'yarn' \(did you mean 'rope_factor'\?\): it "
+         r"takes \['rope_alpha'"),
+        # CLEX's factor is t_max; the hint was rope_param_factor, the width of its ODE
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,rope_factor=2"],
+         r"rope_factor=2 is not a parameter of RoPE method 'clex' \(did you mean 'rope_t_max'\?\)"),
+        # LongRoPE without its factor lists (a TypeError traceback)
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=longrope"],
+         r"missing 2 required keyword-only arguments: 'short_factor' and 'long_factor': give it as "
+         r"rope_<name>= in --model_args \(a list cannot be given there")
+    ])
+
+
+def test_a_rope_length_layout_or_hf_override_is_refused_before_lm_eval_starts(tiny_llama2_dir, sp_tokenizer_dir):
+    # refused only while lm-eval built the model, after its start-up log (split from the test above)
+    _refused_before_lm_eval([
+        # a factor from max_length below the pre-trained positions: refused by the build, after
+        # lm-eval's start-up, naming max_seq_len, which the user never typed
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,max_length=128"],
+         r"rope=yarn without rope_factor scales to max_length=128, below the 256 positions .* "
+         r"\(factor 128/256 < 1\): give rope_factor=<s >= 1>, or max_length="),
+        # CLEX's scale is t_max (an integer, max_length // the pre-trained positions): below them
+        # the build refused naming max_seq_len and t_max, neither typed; between two multiples the
+        # positions past t_max x 256 ran at t_max, covered as the verdict said, unsaid
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,max_length=128"],
+         r"rope=clex without rope_t_max scales to max_length=128, below the 256 positions .* "
+         r"\(t_max 128/256 < 1\): give rope_t_max=<an integer >= 1>, or max_length="),
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,max_length=384"],
+         r"rope=clex without rope_t_max scales to max_length=384 by an integer t_max=1, which covers "
+         r"256 of its positions .*: give rope_t_max=2$"),
+        # rope_max_seq_len, named as typed with its fix: the build said "pass factor >= 1 ... or a
+        # longer max_seq_len", CLEX no fix, 'abc' Python's int() error; 0 was taken without a word
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_max_seq_len=128"],
+         r"^rope=yarn,rope_max_seq_len=128: rope_max_seq_len=128 is below the 256 pre-trained "
+         r"positions .*: give rope_max_seq_len >= 256 \(the length to scale to\), or rope_factor="),
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=clex,rope_t_max=4,"
+          "rope_max_seq_len=512"],
+         r"^rope_max_seq_len=512 is too short .*: give rope_max_seq_len >= 1024, or rope_t_max <= 2$"),
+        *[(["--model", "longshort", "--device", "cpu", "--model_args",
+            f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,"
+            f"rope_max_seq_len={v}"],
+           rf"^rope_max_seq_len={v!r} is not accepted: expected a token count >= 1")
+          for v in ("abc", 0)],
+        # past what the override's own scaling reaches: positions 512-2047 extrapolated unsaid, and
+        # rope=default ran plain RoPE past its positions with no verdict
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=linear,rope_factor=2,"
+          "rope_max_seq_len=2048"],
+         r"rope_max_seq_len=2048 is past the 512 positions rope_factor=2 scales the 256 pre-trained "
+         r"positions to: give rope_factor=8, or rope_max_seq_len <= 512"),
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=default,"
+          "rope_max_seq_len=512"],
+         r"RoPE method 'default' scales nothing, so rope_max_seq_len=512 is past the 256 pre-trained "
+         r"positions it covers: give a method that scales \(rope=yarn,rope_factor=2\)"),
+        # the checkpoint's pairing of dimensions, not the scaling's: taken, it rotated the wrong pairs
+        (["--model", "longshort", "--device", "cpu", "--model_args",
+          f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},rope=yarn,rope_factor=2,"
+          "rope_layout=half"],
+         r"^longshort model: rope_layout=half: which dimensions RoPE pairs is the checkpoint's .*: "
+         r"leave rope_layout out$"),
+        # the override under hf: transformers' 61-line TypeError after lm-eval's start-up
+        (["--model", "hf", "--model_args", f"pretrained={tiny_llama2_dir},rope=yarn,rope_factor=2"],
+         r"--model_args rope=yarn: a RoPE override is the longshort model's \(--model longshort\); "
+         r"--model hf takes none")
+    ])
+
+
+def test_a_config_override_under_hf_and_a_good_override_pass_the_argument_check(tiny_llama2_dir, sp_tokenizer_dir):
     # transformers' own config override under hf (rope_theta=), no rope=: passed on
     check_arguments(lm_eval_argv(["run", "--tasks", "longshort_ppl", "--model", "hf", "--model_args",
                                   f"pretrained={tiny_llama2_dir},rope_theta=500000"]))

@@ -142,22 +142,9 @@ def test_qlora_adapter_says_its_base_was_nf4(tmp_path, sp_tokenizer_dir):
     assert ((via_peft - merged).abs().max() / scale).item() > 1e-2  # PEFT on the unquantized base is another model
 
 
-def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs, tmp_path, caplog):
-    """``--model hf --model_args pretrained=...,peft=step_<k>/adapter`` evaluated another model than the run's, with
-    no word: on the step folder itself the adapters went on twice (the merged weights hold them: PEFT on it is not
-    the merged model, the reference below), on the start checkpoint of a run that changed the RoPE the start's RoPE
-    was used, and a QLoRA adapter on the full-precision base is another model. Refused (warned, for QLoRA) before
-    lm-eval starts; an adapter folder given as the model names what to give instead."""
-    import logging
-    import shutil
-
-    from peft import PeftModel
+def _merged_lora_step(family_dirs, tmp_path):
+    """The tiny Llama-2 start checkpoint and a LoRA run's ``step_1`` of it: the merged weights and ``adapter/``."""
     from torchtune.modules.peft import get_merged_lora_ckpt
-    from transformers import AutoModelForCausalLM
-
-    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
-    from torchtune_longshort.models import load_hf_checkpoint, save_hf_checkpoint
-    from torchtune_longshort.models.hf_checkpoint import read_hf_config
 
     folder = CheckpointFolder.open(family_dirs["llama2"])
     _, sd, trainable = _lora_state(folder, seed=2, trainable_norms=False)
@@ -166,10 +153,35 @@ def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs
                        base_model=str(folder.path))
     write_hf_checkpoint(step, get_merged_lora_ckpt(dict(sd), rank=RANK, alpha=ALPHA), folder.config,
                         tokenizer=str(folder.path))
+    return folder, step
+
+
+def _check_hf_peft(pretrained, adapter):
+    """``longshort-eval run --model hf --model_args pretrained=<pretrained>,peft=<adapter>``'s argument check."""
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+
+    check_arguments(lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={pretrained},peft={adapter}",
+                                  "--tasks", "longshort_ppl"]))
+
+
+def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs, tmp_path, caplog):
+    """``--model hf --model_args pretrained=...,peft=step_<k>/adapter`` evaluated another model than the run's, with
+    no word: on the step folder itself the adapters went on twice (the merged weights hold them: PEFT on it is not
+    the merged model, the reference below), on the start checkpoint of a run that changed the RoPE the start's RoPE
+    was used (the test below), and a QLoRA adapter on the full-precision base is another model. Refused (warned, for
+    QLoRA) before lm-eval starts; an adapter folder given as the model names what to give instead."""
+    import logging
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+    from torchtune_longshort.models.hf_checkpoint import read_hf_config
+
+    folder, step = _merged_lora_step(family_dirs, tmp_path)
 
     def check(pretrained, adapter=step / ADAPTER_DIR):
-        check_arguments(lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={pretrained},peft={adapter}",
-                                      "--tasks", "longshort_ppl"]))
+        _check_hf_peft(pretrained, adapter)
 
     check(folder.path)  # the start checkpoint + the adapter: the trained model (the test above)
     tokens = torch.randint(3, folder.config["vocab_size"], (1, 16), generator=torch.Generator().manual_seed(0))
@@ -181,35 +193,6 @@ def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs
     with pytest.raises(ValueError, match="that step folder holds these adapters merged already, so they would be "
                                          "applied twice; drop peft="):
         check(step)
-
-    # a run that changed the RoPE (YaRN x2): its adapter on the plain start checkpoint
-    yarn_step = tmp_path / "step_2"
-    save_hf_checkpoint(load_hf_checkpoint(folder.path, rope={"method": "yarn", "factor": 2.0}, max_seq_len=512),
-                       yarn_step, folder.config, tokenizer=str(folder.path))
-    shutil.copytree(step / ADAPTER_DIR, yarn_step / ADAPTER_DIR)
-    with pytest.raises(ValueError, match=r"the run trained these adapters with RoPE method=yarn, .*factor=2.0.* "
-                                         r"and pretrained= loads with plain \(base 10000\), another model; evaluate "
-                                         rf"the step folder itself \(pretrained={yarn_step}") as e:
-        check(folder.path, yarn_step / ADAPTER_DIR)
-    # the way on that --model hf can take (a folder of the base's weights with the step's config.json), the base
-    # said once (it was 'method=yarn, base=10000.0, ... (base 10000)')
-    assert str(e.value).endswith("or give pretrained= a folder holding the base's weights and the step's config.json, "
-                                 f"which longshort-eval peft-base {yarn_step} --out {tmp_path}_step_2_base writes")
-    assert "base=" not in str(e.value) and str(e.value).count("(base 10000)") == 2
-    # a RoPE transformers cannot run (Phi-3.5 + YaRN, CLEX, EABF): --model hf refuses the step folder too, so the
-    # refusal names --model longshort on it (it named pretrained=<step> under hf, which is refused in turn)
-    eabf_step = tmp_path / "step_3"
-    save_hf_checkpoint(load_hf_checkpoint(folder.path, rope={"method": "eabf", "new_base": 5e5}), eabf_step,
-                       folder.config, tokenizer=str(folder.path))
-    shutil.copytree(step / ADAPTER_DIR, eabf_step / ADAPTER_DIR)
-    with pytest.raises(ValueError, match=r"the run trained these adapters with RoPE method=eabf, .*another model; "
-                                         r"evaluate the merged step folder with --model longshort --model_args "
-                                         rf"pretrained={eabf_step} \(transformers cannot run its eabf RoPE"):
-        check(folder.path, eabf_step / ADAPTER_DIR)
-    with pytest.raises(ValueError, match="is not representable in transformers"):  # what the old fix ran into
-        check_arguments(lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={eabf_step}"]))
-    check_arguments(lm_eval_argv(["run", "--model", "longshort", "--model_args", f"pretrained={eabf_step}",
-                                  "--tasks", "longshort_ppl"]))  # the named fix: accepted
 
     layout = step / ADAPTER_DIR / "longshort_adapter.json"  # a QLoRA run's: said, not refused
     layout.write_text(json.dumps({**json.loads(layout.read_text()), "base_quantization": "nf4"}))
@@ -226,6 +209,46 @@ def test_hf_with_a_runs_adapter_refuses_what_evaluates_another_model(family_dirs
     with pytest.raises(FileNotFoundError, match=rf"has no config.json: .* It is a PEFT adapter folder, no model: give "
                                                 rf"its step folder '{step}' \(the adapters merged\) instead$"):
         read_hf_config(step / ADAPTER_DIR, "pretrained")
+
+
+def test_hf_with_the_adapter_of_a_run_that_changed_the_rope_on_its_start_is_refused(family_dirs, tmp_path):
+    """The adapters of a run that changed the RoPE on its plain start checkpoint: the start's RoPE was used, another
+    model (split from the test above). Refused naming the way on --model hf can take, or --model longshort where
+    transformers cannot run the run's RoPE."""
+    import shutil
+
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+    from torchtune_longshort.models import load_hf_checkpoint, save_hf_checkpoint
+
+    folder, step = _merged_lora_step(family_dirs, tmp_path)
+    # a run that changed the RoPE (YaRN x2): its adapter on the plain start checkpoint
+    yarn_step = tmp_path / "step_2"
+    save_hf_checkpoint(load_hf_checkpoint(folder.path, rope={"method": "yarn", "factor": 2.0}, max_seq_len=512),
+                       yarn_step, folder.config, tokenizer=str(folder.path))
+    shutil.copytree(step / ADAPTER_DIR, yarn_step / ADAPTER_DIR)
+    with pytest.raises(ValueError, match=r"the run trained these adapters with RoPE method=yarn, .*factor=2.0.* "
+                                         r"and pretrained= loads with plain \(base 10000\), another model; evaluate "
+                                         rf"the step folder itself \(pretrained={yarn_step}") as e:
+        _check_hf_peft(folder.path, yarn_step / ADAPTER_DIR)
+    # the way on that --model hf can take (a folder of the base's weights with the step's config.json), the base
+    # said once (it was 'method=yarn, base=10000.0, ... (base 10000)')
+    assert str(e.value).endswith("or give pretrained= a folder holding the base's weights and the step's config.json, "
+                                 f"which longshort-eval peft-base {yarn_step} --out {tmp_path}_step_2_base writes")
+    assert "base=" not in str(e.value) and str(e.value).count("(base 10000)") == 2
+    # a RoPE transformers cannot run (Phi-3.5 + YaRN, CLEX, EABF): --model hf refuses the step folder too, so the
+    # refusal names --model longshort on it (it named pretrained=<step> under hf, which is refused in turn)
+    eabf_step = tmp_path / "step_3"
+    save_hf_checkpoint(load_hf_checkpoint(folder.path, rope={"method": "eabf", "new_base": 5e5}), eabf_step,
+                       folder.config, tokenizer=str(folder.path))
+    shutil.copytree(step / ADAPTER_DIR, eabf_step / ADAPTER_DIR)
+    with pytest.raises(ValueError, match=r"the run trained these adapters with RoPE method=eabf, .*another model; "
+                                         r"evaluate the merged step folder with --model longshort --model_args "
+                                         rf"pretrained={eabf_step} \(transformers cannot run its eabf RoPE"):
+        _check_hf_peft(folder.path, eabf_step / ADAPTER_DIR)
+    with pytest.raises(ValueError, match="is not representable in transformers"):  # what the old fix ran into
+        check_arguments(lm_eval_argv(["run", "--model", "hf", "--model_args", f"pretrained={eabf_step}"]))
+    check_arguments(lm_eval_argv(["run", "--model", "longshort", "--model_args", f"pretrained={eabf_step}",
+                                  "--tasks", "longshort_ppl"]))  # the named fix: accepted
 
 
 def test_an_adapter_of_a_run_that_changed_the_rope_says_how_its_base_loads(family_dirs, tmp_path):
