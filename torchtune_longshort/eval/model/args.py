@@ -7,8 +7,8 @@
         ``tokenizer.json``; default: ``pretrained``'s own).
     rope: RoPE scaling method name (overrides ``config.json``'s ``rope_scaling``); ``rope_<key>=<value>`` sets
         its parameters (``rope_factor=4``). Without ``rope``, the checkpoint's own scaling (if any) is used.
-    max_length: longest sequence the model is run on (``32768`` or ``32k``; default: the checkpoint's positions \
-x scaling factor).
+    max_length: longest sequence the model is run on (``32768`` or ``32k``; default: the checkpoint's positions
+        x scaling factor).
     allow_extrapolation: run past the checkpoint's positions x scaling factor (default false: such requests
         get NaN / empty output and an error naming the fix, and the rest of the run goes on).
     batch_size: an integer (default 1), or ``auto`` / ``auto:N`` as lm-eval's ``hf`` takes them: batches start at
