@@ -9,7 +9,6 @@ distribution's entry points. References: the entry points (importlib.metadata) a
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import types
@@ -44,9 +43,8 @@ def test_both_forms_refuse_under_their_own_name(typed, args):
     runs = [([sys.executable, "-m", typed], f"python -m {typed}: error: ")]
     if (Path(sys.executable).parent / script).is_file():  # the venv's console script, as pip installed it
         runs.append(([str(Path(sys.executable).parent / script)], f"{script}: error: "))
-    env = {**os.environ, "LONGSHORT_TEST_FRESH": "1"}  # fresh: the warm start's fork keeps the zygote's orig_argv
     for command, start in runs:
-        done = subprocess.run(command + args, capture_output=True, text=True, timeout=60, env=env)
+        done = subprocess.run(command + args, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and done.stderr.startswith(start), (command, done.stderr)
         assert done.stderr.count("\n") == 1, done.stderr
 

@@ -24,8 +24,8 @@ def _warm_start_on():
 PROBE = """
 import json, os, sys, tempfile
 line = sys.stdin.readline().strip()
-print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "path": sys.path[1:], "cwd": os.getcwd(),
-                  "probe": os.environ.get("PROBE"), "stdin": line, "tmp": tempfile.gettempdir(),
+print(json.dumps({"argv": sys.argv, "orig_argv": sys.orig_argv, "path0": sys.path[0], "path": sys.path[1:],
+                  "cwd": os.getcwd(), "probe": os.environ.get("PROBE"), "stdin": line, "tmp": tempfile.gettempdir(),
                   "main": __name__, "torch_imported": "torch" in sys.modules, "pid": os.getpid()}))
 print("to stderr", file=sys.stderr)
 sys.exit(int(os.environ.get("PROBE_RC", "0")))
@@ -53,6 +53,20 @@ def test_a_command_runs_as_in_a_fresh_interpreter(tmp_path, mode):
         del w[k], f[k]
     assert w == f and w["stdin"] == "hello" and w["tmp"] == str(tmp_path)
     assert (warm.returncode, warm.stderr) == (fresh.returncode, fresh.stderr) == (3, "to stderr\n")
+
+
+def test_a_module_s_packages_import_as_under_a_fresh_python_m(tmp_path):
+    """While ``python -m pkg.mod`` imports ``pkg``, ``sys.argv[0]`` is ``"-m"`` and ``sys.orig_argv`` the command line
+    (torchtune_longshort.started_as reads both to name the command as typed)."""
+    (tmp_path / "probe_pkg").mkdir()
+    (tmp_path / "probe_pkg" / "__init__.py").write_text("import sys\nAT_IMPORT = [list(sys.argv), sys.orig_argv]\n")
+    (tmp_path / "probe_pkg" / "mod.py").write_text(
+        "import json, sys\nfrom probe_pkg import AT_IMPORT\n"
+        "print(json.dumps([*AT_IMPORT, sys.argv[1:], 'torch' in sys.modules]))\n")
+    argv = [sys.executable, "-u", "-m", "probe_pkg.mod", "a1", "--b"]
+    warm, fresh = (json.loads(_run(argv, tmp_path, f).stdout) for f in (False, True))
+    assert warm.pop() and not fresh.pop()  # it did run in the zygote
+    assert warm == fresh == [["-m", "a1", "--b"], argv, ["a1", "--b"]]
 
 
 def test_an_exception_exits_1_with_its_traceback(tmp_path):

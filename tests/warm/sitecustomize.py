@@ -60,7 +60,7 @@ def _relay(sock_path, request):
             os.kill(os.getpid(), sig)
 
     request.update(cwd=os.getcwd(), env=dict(os.environ), path=list(sys.path), executable=sys.executable,
-                   prefix=sys.prefix)
+                   prefix=sys.prefix, orig_argv=list(sys.orig_argv))
     body = json.dumps(request).encode()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -157,10 +157,11 @@ def run_job(req: dict, fds: list) -> None:
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     sys.path[:] = [main_path_entry(req)] + req["path"]
+    sys.orig_argv = req["orig_argv"]  # the command line as typed (torchtune_longshort.started_as reads it)
     code = 0
     try:
         if req["mode"] == "-m":
-            sys.argv = [req["target"], *req["args"]]
+            sys.argv = ["-m", *req["args"]]  # while its packages import, as Python's own -m; runpy sets [0] after
             runpy.run_module(req["target"], run_name="__main__", alter_sys=True)
         elif req["mode"] == "-c":
             sys.argv = ["-c", *req["args"]]
