@@ -14,7 +14,7 @@ FLOORS: Dict[str, Tuple[float, str]] = {
     **{m: (0, "ground: stdlib / torch only") for m in (
         "windows", "lengths", "intervals", "refusals", "devices", "pack_prefix", "_quiet", "plural",
         "output_guard", "made_folders", "disk_space", "launcher", "worker_pool", "file_locks", "temporary_files",
-        "started_as", "home_folder")},
+        "started_as", "home_folder", "umask")},
     **{m: (1, "kits on the ground") for m in ("rope", "loss", "hidden_states", "configs_cli", "config", "plots")},
     **{m: (2, "models and data") for m in ("models", "data")},
     **{m: (3, "what reads models and data") for m in ("metrics", "training", "provenance")},

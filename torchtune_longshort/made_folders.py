@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from torchtune_longshort.temporary_files import ABANDONED_AFTER_S
+from torchtune_longshort.umask import current_umask
 
 
 def missing_root(path: Union[str, Path]) -> Optional[Path]:
@@ -56,8 +57,7 @@ def folder_beside(target: Union[str, Path], tag: str, abandoned_after_s: float =
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned(target, tag, abandoned_after_s)
     folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}_", dir=target.parent))
-    mask = os.umask(0)
-    os.umask(mask)
+    mask = current_umask()
     os.chmod(folder, 0o777 & ~mask)
     return folder
 

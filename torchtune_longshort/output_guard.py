@@ -23,6 +23,7 @@ from typing import IO, Any, Callable, Collection, Dict, Iterable, Iterator, List
 from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.made_folders import missing_root, remove_made_folders
 from torchtune_longshort.temporary_files import new_temporary, remove_abandoned_temporaries
+from torchtune_longshort.umask import current_umask
 
 
 def read_json(path: Path) -> Any:
@@ -368,7 +369,6 @@ def plain_file_mode(*paths: Union[str, Path]) -> None:
     safetensors >= 0.8 writes through a temporary file of mode 0600 and renames it into place (safetensors#782,
     open), so the weights a run wrote were readable by their owner alone while the config beside them was not: on a
     shared cluster, another user's evaluation or vLLM found no weights."""
-    mask = os.umask(0)
-    os.umask(mask)
+    mask = current_umask()
     for path in paths:
         os.chmod(path, 0o666 & ~mask)
