@@ -4,7 +4,7 @@ Each filter names the logger (or warning category and module) and a message patt
 libraries say still gets through. The entry points that call :func:`quiet_upstream`: ``python -m
 torchtune_longshort.eval`` (and ``cli_run.run_cli``), ``python -m torchtune_longshort.study`` (its ``table1`` and
 ``figures`` too), ``longshort-validate``, the BABILong generator, the ``longshort-misalignment`` CLI, ``python -m
-torchtune_longshort.synthetic`` and the recipe's ``recipe_main``.
+torchtune_longshort.synthetic``, ``longshort-eval-report`` and the recipe's ``recipe_main``.
 
 Why each one says nothing to the user:
 
@@ -23,6 +23,11 @@ Why each one says nothing to the user:
 - fuzzywuzzy "Using slow pure-python SequenceMatcher": a speed hint from a LongBench metric's dependency.
 - torchtune "Saving final epoch checkpoint.": its checkpointer says this at every save the recipe makes (the recipe
   saves by step, not by epoch); the recipe prints its own line naming the step and folder.
+- matplotlib "mkdir -p failed for path ~/.config/matplotlib ...", "... is not a writable directory" and "Matplotlib
+  created a temporary cache directory at /tmp/matplotlib-... because there was an issue with the default path": with
+  no writable home (a container's read-only or missing HOME) and MPLCONFIGDIR unset, matplotlib uses a temporary
+  folder, which it removes at exit, and says so in two lines at every command that draws. Its own folders only: a
+  folder the user named in MPLCONFIGDIR that cannot be used is still reported.
 - git "fatal: not a git repository ...": lm-eval records ``git describe --always`` of the working folder in its
   results and lets git write to the terminal; outside a repository that is git's error line. ``longshort-eval``
   asks git the same question with its stderr discarded (:func:`quiet_lm_eval_git`; the hash is recorded as before).
@@ -57,6 +62,10 @@ LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
          rf"^Group '{_PACK_TASK}': metric 'missing_data,[^']*' is missing in")
     ],
     "torchtune.utils._logging": [(logging.INFO, r"^Saving final epoch checkpoint\.$")],
+    "matplotlib": [(logging.WARNING, r"^mkdir -p failed for path .*/matplotlib: "),
+                   (logging.WARNING, r"^.*/matplotlib is not a writable directory$"),
+                   (logging.WARNING, r"^Matplotlib created a temporary cache directory at .* because there was an "
+                                     r"issue with (the default path|resolving the home directory)")],
 }
 
 # (message pattern, category, module pattern) for warnings.filterwarnings

@@ -41,6 +41,7 @@ from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_
 from torchtune_longshort.started_as import command_name
 
 with stopped_while_importing(__name__):  # Ctrl-C while torch is imported (seconds): one line, exit 130
+    from torchtune_longshort._quiet import quiet_upstream
     from torchtune_longshort.config.inside_input import refuse_inside_input
     from torchtune_longshort.config.values import check_creatable
     from torchtune_longshort.eval.report.figures import PPL_TASK, heatmap_figure, heatmaps, ppl_figure, write_curves
@@ -360,6 +361,7 @@ def stopped_line(out_dir: Path) -> str:
 @quiet_when_the_reader_leaves
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """CLI entry point."""
+    quiet_upstream()  # before matplotlib is imported: its lines about a temporary folder come at its import
     prog = _prog()
     ap = ArgumentParser(prog=prog, description=__doc__.split("\n")[0], examples=[
         f"{prog} results/base results/ours --labels base,ours --out report/",
