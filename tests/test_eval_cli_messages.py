@@ -4,8 +4,11 @@ typo gets "did you mean"; a run ends with one line counting the unscored metrics
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import sys
+
+import pytest
 
 from torchtune_longshort.eval.cli_messages import help_preamble, summary_line, tasks_not_found
 
@@ -16,6 +19,32 @@ def test_help_names_the_model_its_arguments_and_tasks_path():
                    "--include_path \"$(longshort-eval tasks-path)\"",
                    "pretrained:", "max_length:", "truncation:", "device:", "cpu_keep_freed_blocks:"):
         assert needle in text, needle
+
+
+def _description_columns(text, me):
+    """For each addition of the preamble (a line ``  <me> <command>``): the columns its description's lines start
+    at, on the command's line (after a run of spaces) and on the lines under it."""
+    block = text.split("the additions:", 1)[1].split("\n--model_args", 1)[0].splitlines()
+    groups = []
+    for line in block:
+        if line.startswith(f"  {me} "):
+            inline = re.search(r"\S( {2,})(?=\S)", line[len(me) + 3:])
+            groups.append([] if inline is None else [len(me) + 3 + inline.end()])
+        elif line.strip() and groups:
+            groups[-1].append(len(line) - len(line.lstrip()))
+    return groups
+
+
+@pytest.mark.parametrize("me", ["longshort-eval", "python -m torchtune_longshort.eval"])
+def test_the_help_preamble_reads_right_under_either_name(monkeypatch, me):
+    from torchtune_longshort.eval import cli_messages
+
+    monkeypatch.setattr(cli_messages, "prog", lambda: me)
+    text = help_preamble()
+    groups = _description_columns(text, me)
+    assert len(groups) == 3 and all(len(set(g)) <= 1 for g in groups), (groups, text)  # each description aligned
+    intro = text.split("\n\n", 1)[0]
+    assert intro.startswith(f"{me}: ") and max(map(len, intro.splitlines())) <= len(text.splitlines()[-1]), intro
 
 
 def _stock_command_as_lm_eval_reads_it(text):

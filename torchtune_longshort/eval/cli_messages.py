@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import textwrap
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL, prog
@@ -20,17 +21,22 @@ _MISSING = re.compile(r"^Tasks not found: (.+)$")
 
 
 def help_preamble() -> str:
-    """The lines ``longshort-eval --help`` prints above lm-eval's own help."""
+    """The lines ``longshort-eval --help`` prints above lm-eval's own help. Nothing is indented to the command's
+    name, which is as long as it was typed (``python -m torchtune_longshort.eval``): the first paragraph is wrapped
+    with it, and each addition's description goes on its own lines under the command."""
     args = model_args.__doc__.split("\n\n", 1)[1].rstrip()
     me = prog()
+    intro = textwrap.fill(f"{me}: lm-eval's CLI with this package's model `longshort` registered and its task pack "
+                          "(longshort_*) included. Everything below is lm-eval's; the additions:", width=100)
     return (
-        f"{me}: lm-eval's CLI with this package's model `longshort` registered and its task pack (longshort_*)\n"
-        "included. Everything below is lm-eval's; the additions:\n\n"
+        f"{intro}\n\n"
         f"  {me} run --model longshort --model_args pretrained=DIR[,key=value...] --tasks longshort_ppl ...\n"
-        f"  {me} tasks-path      print the task pack's folder, for stock lm-eval:\n"
-        f"                          {STOCK_LM_EVAL}\n"
-        f"  {me} peft-base STEP --out DIR   write the base folder a LoRA run's STEP/adapter goes on under stock\n"
-        "                          lm-eval (--model hf --model_args pretrained=DIR,peft=STEP/adapter)\n\n"
+        f"  {me} tasks-path\n"
+        "      print the task pack's folder, for stock lm-eval:\n"
+        f"      {STOCK_LM_EVAL}\n"
+        f"  {me} peft-base STEP --out DIR\n"
+        "      write the base folder a LoRA run's STEP/adapter goes on under stock lm-eval\n"
+        "      (--model hf --model_args pretrained=DIR,peft=STEP/adapter)\n\n"
         "--model_args of the `longshort` model (a torchtune model read from a Hugging Face checkpoint folder):\n"
         f"{args}\n\n"
         "A --device this machine does not have is refused before anything runs (any model); the run ends with one\n"
