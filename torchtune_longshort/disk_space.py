@@ -159,21 +159,30 @@ def no_room(error: BaseException) -> Tuple[str, str]:
 _ROOM_THEN = "_longshort_room_then"
 
 
-def note_room(error: BaseException) -> None:
-    """Keep on an out-of-space ``error`` the room of the disk it was writing, measured now: called before a cleanup
-    frees what the failed write took, so that its line (:func:`out_of_space_line`) says the room the write found
-    ("0 B free of 1 MiB ... when the write failed"), not the room the cleanup left ("1 MiB free of 1 MiB")."""
-    target = written_file(error)
+def note_room(error: BaseException, where: Optional[PathLike] = None) -> None:
+    """Keep on an out-of-space ``error`` the room of the disk it was writing (``where``'s, else the file it names),
+    measured now: called before a cleanup frees what the failed write took, so that its line says the room the write
+    found ("0 B free of 1 MiB ... when the write failed", :func:`room_then`), not the room the cleanup left ("1 MiB
+    free of 1 MiB"). A room kept already (measured nearer the failure) stays."""
+    target = where if where is not None else written_file(error)
     have = room_text(target) if target and is_out_of_space(error) else ""
-    if have:
-        setattr(error, _ROOM_THEN, f"{have} when the write failed")
+    if have and not hasattr(error, _ROOM_THEN):
+        with contextlib.suppress(AttributeError):  # an exception that takes no attribute: its room is measured later
+            setattr(error, _ROOM_THEN, have)
+
+
+def room_then(error: BaseException, where: Optional[PathLike], when: str) -> str:
+    """The room :func:`note_room` kept on ``error``, said as ``"<room> when <when>"``; else ``where``'s room measured
+    now ("" when there is neither)."""
+    kept = getattr(error, _ROOM_THEN, "")
+    return f"{kept} when {when}" if kept else (room_text(where) if where else "")
 
 
 def out_of_space_line(error: BaseException) -> str:
     """One line for an out-of-space ``error``: the file it was writing (when it names one) and its disk's room (as
     :func:`note_room` kept it, else measured now)."""
     target = written_file(error)
-    have = getattr(error, _ROOM_THEN, "") or (room_text(target) if target else "")
+    have = room_then(error, target, "the write failed")
     place = f" writing {target}" + (f" ({have})" if have else "") if target else ""
     head, fix = no_room(error)
     return f"{head}{place}: {reason(error)}; {fix}, and run again"

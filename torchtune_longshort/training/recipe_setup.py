@@ -22,7 +22,7 @@ from torchtune import config, training, utils
 
 from torchtune_longshort.launcher import launched_rank, launched_world_size
 from torchtune_longshort.data.dual_window import DualWindowBatcher, PackedTokenStream
-from torchtune_longshort.disk_space import is_out_of_space, reason, room_text
+from torchtune_longshort.disk_space import is_out_of_space, note_room, reason, room_then
 from torchtune_longshort.devices import cpu_oversubscribed, set_rank_rng_states
 from torchtune_longshort.loss import LongShortLoss
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, load_rope_parameters
@@ -119,6 +119,7 @@ class RecipeSetup:
         try:
             self._setup()
         except BaseException as e:
+            note_room(e, self.output_dir)  # the room the setup found, before the cleanups below free what it wrote
             if self._metric_logger is not None:  # started, then the setup refused: its run ends (wandb's too)
                 with contextlib.suppress(Exception):
                     self._metric_logger.close()
@@ -128,9 +129,9 @@ class RecipeSetup:
             if self._trained_tokenizer is not None:  # this run's, refused (kept while another run reads it)
                 discard_trained_tokenizer(self._trained_tokenizer)
             if isinstance(e, Exception) and not isinstance(e, Refusal) and is_out_of_space(e):
-                raise OutOfSpace(f"no space left on the disk while setting up output_dir {self.output_dir} "
-                                 f"({room_text(self.output_dir)}): {reason(e)}; free space there, or set output_dir "
-                                 "to a disk with room") from None
+                have = room_then(e, self.output_dir, "the setup failed")
+                raise OutOfSpace(f"no space left on the disk while setting up output_dir {self.output_dir} ({have}): "
+                                 f"{reason(e)}; free space there, or set output_dir to a disk with room") from None
             raise
 
     def _setup(self) -> None:
