@@ -99,5 +99,8 @@ def test_a_full_disk_is_told_with_the_room_the_write_found_not_the_room_its_clea
         usage = shutil.disk_usage(disk)
         assert usage.free == usage.total == 1 << 20  # the cleanup took back all it wrote
         assert "tokenizer.json (0 B free of 1 MiB on " in err and "when the write failed)" in err, err
+        # the file as it would have been under --out: the folder aside it was written in is gone
+        assert f"writing {disk / 'base' / 'tokenizer.json'} (" in err and ".peft_base_" not in err, err
+        assert sorted(p.name for p in disk.iterdir()) == []
     finally:
         subprocess.run(["umount", str(disk)], check=True)

@@ -72,3 +72,19 @@ def remove_abandoned(target: Path, tag: str, abandoned_after_s: float) -> None:
     if abandoned:
         print(f"removed {len(abandoned)} temporary folder(s) a killed process left beside {target} "
               f"({', '.join(p.name for p in abandoned)})", file=sys.stderr)
+
+
+def named_in_place(error: BaseException, aside: Path, target: Path) -> BaseException:
+    """``error`` as the user can follow it: an ``OSError`` writing a file in ``aside`` (:func:`folder_beside`'s,
+    gone once the command ends) raised again naming that file under ``target``, where it would have been (a full
+    disk: "writing out/tokenizer.json", not "writing .out.peft_base_x/tokenizer.json"); any other error as it is."""
+    written = (error.filename2 or error.filename) if isinstance(error, OSError) else None
+    try:
+        rel = Path(os.fspath(written)).relative_to(aside) if written else None
+    except (TypeError, ValueError):  # bytes, or a file outside the folder aside
+        rel = None
+    if rel is None:
+        return error
+    renamed = OSError(error.errno, error.strerror, str(target / rel))
+    renamed.__cause__ = error
+    return renamed

@@ -37,7 +37,7 @@ from torchtune_longshort.models.hf_rope import not_representable_method
 from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, PEFT_BASE_COMMAND
 from torchtune_longshort.models.tokenizer_formats import has_tokenizer
-from torchtune_longshort.made_folders import folder_beside, missing_root, remove_made_folders
+from torchtune_longshort.made_folders import folder_beside, missing_root, named_in_place, remove_made_folders
 from torchtune_longshort.output_guard import read_json
 from torchtune_longshort.refusals import ArgumentParser, refusing, user_path
 
@@ -157,13 +157,16 @@ def write_base_folder(plan: BasePlan) -> str:
             else:
                 os.rename(aside, plan.out)
         except BaseException as e:
-            note_room(e)  # the room the write found, before the cleanup below frees what it took
+            shown = named_in_place(e, aside, plan.out)  # the file as it would have been: the folder aside goes
+            note_room(shown)  # the room the write found, before the cleanup below frees what it took
             for f in moved:  # this call's files in the user's folder
                 if f.is_dir() and not f.is_symlink():
                     shutil.rmtree(f)
                 else:
                     f.unlink()
             shutil.rmtree(aside, ignore_errors=True)  # the half-built folder this call made, nothing else
+            if shown is not e:
+                raise shown from e
             raise
     except BaseException:
         remove_made_folders(plan.out.parent, made)
