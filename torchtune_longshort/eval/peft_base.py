@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 from torchtune_longshort.disk_space import note_room
 from torchtune_longshort.eval.peft_fit import (hub_cached_folder, hub_named, recorded_base_found, recorded_base_name,
@@ -141,7 +141,7 @@ def write_base_folder(plan: BasePlan) -> str:
     call made is taken back (its files, the folder aside, the parents it made) and nothing else."""
     made = missing_root(plan.out.parent)  # the parents this call makes on the way, taken back if it fails
     kept = plan.out.is_dir()  # the user's empty folder: written into, never replaced
-    moved: List[Path] = []
+    moved: List[Tuple[Path, os.stat_result]] = []  # each file's place in --out and its own stat (a rename keeps it)
     try:
         aside = folder_beside(plan.out, "peft_base")  # a plain mkdir's mode; a killed run's day-old one removed
         try:
@@ -150,16 +150,18 @@ def write_base_folder(plan: BasePlan) -> str:
             if plan.tokenizer is not None:
                 copy_tokenizer(plan.tokenizer, aside)
             if kept:
-                for f in sorted(aside.iterdir()):
+                for f in sorted(aside.iterdir()):  # noted before the rename: a Ctrl-C just after it is taken back too
+                    moved.append((plan.out / f.name, os.lstat(f)))
                     os.rename(f, plan.out / f.name)  # one filesystem (the folder aside lies beside --out)
-                    moved.append(plan.out / f.name)
                 aside.rmdir()
             else:
                 os.rename(aside, plan.out)
         except BaseException as e:
             shown = named_in_place(e, aside, plan.out)  # the file as it would have been: the folder aside goes
             note_room(shown)  # the room the write found, before the cleanup below frees what it took
-            for f in moved:  # this call's files in the user's folder
+            for f, st in moved:  # this call's files in the user's folder, where moved in (the file it moved)
+                if not (os.path.lexists(f) and os.path.samestat(os.lstat(f), st)):
+                    continue
                 if f.is_dir() and not f.is_symlink():
                     shutil.rmtree(f)
                 else:
