@@ -1,0 +1,84 @@
+"""``longshort-eval peft-base`` on adapters whose recorded base is a hub model of the Hugging Face cache and whose
+``adapter_config.json`` names a ``revision`` (PEFT records it and loads the base at that revision): the folder written
+must be that revision's snapshot, not ``main``'s. The cache holds two snapshots (``refs/main`` and ``refs/v2``, as
+huggingface_hub lays them out); huggingface_hub's own ``snapshot_download(revision=..., local_files_only=True)`` is the
+reference."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("peft")
+
+from test_peft_adapter_other_step import yarn_run  # noqa: E402
+from test_peft_base_folder import PROG  # noqa: E402
+
+from torchtune_longshort.eval.peft_base import main  # noqa: E402
+
+NAME = "HuggingFaceTB/SmolLM2-135M"
+
+
+def _snapshot(repo, model, ref):
+    """``model``'s files as a snapshot of ``repo`` (blobs and relative links) that ``refs/<ref>`` names."""
+    commit = hashlib.sha1(ref.encode()).hexdigest()
+    (repo / "blobs").mkdir(parents=True, exist_ok=True), (repo / "refs").mkdir(exist_ok=True)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    for f in (f for f in model.iterdir() if f.is_file()):
+        blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copyfile(f, blob)
+        os.symlink(os.path.relpath(blob, repo / "snapshots" / commit), repo / "snapshots" / commit / f.name)
+    (repo / "refs" / ref).write_text(commit)
+
+
+def test_the_adapters_recorded_revision_is_the_snapshot_written(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants, snapshot_download
+
+    base, step2, step3 = yarn_run(tmp_path)
+    hub = tmp_path / "hf_cache"
+    repo = hub / ("models--" + NAME.replace("/", "--"))
+    _snapshot(repo, step2, "main")  # main: another checkpoint
+    _snapshot(repo, base, "v2")  # the revision the adapters were trained on
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = json.loads((step3 / "adapter" / "adapter_config.json").read_text())
+    config.update(base_model_name_or_path=NAME, revision="v2")
+    (step3 / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    monkeypatch.chdir(step3)
+
+    reference = snapshot_download(NAME, revision="v2", cache_dir=str(hub), local_files_only=True)
+    assert reference != snapshot_download(NAME, cache_dir=str(hub), local_files_only=True)
+    out = tmp_path / "o"
+    assert main([str(step3), "--out", str(out)], PROG) == 0
+    assert f"{out}: the weights of {reference} as " in capsys.readouterr().out
+    assert os.path.samefile(out / "model.safetensors", os.path.join(reference, "model.safetensors"))
+
+
+def test_a_folder_here_of_the_hub_name_comes_before_the_cache(tmp_path, capsys, monkeypatch):
+    """A folder named as the hub model in the folder the command runs in (not above the adapter) is what
+    transformers loads (``cached_file``: a folder first, the cache after), so it is the base, not the cache's."""
+    from huggingface_hub import constants
+    from transformers.utils import cached_file
+
+    base, step2, step3 = yarn_run(tmp_path)
+    hub = tmp_path / "hf_cache"
+    _snapshot(hub / ("models--" + NAME.replace("/", "--")), step2, "main")  # the cache: another checkpoint
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    here = tmp_path / "elsewhere"
+    shutil.copytree(base, here / NAME)
+    config = json.loads((step3 / "adapter" / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = NAME
+    (step3 / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    monkeypatch.chdir(here)
+
+    reference = os.path.dirname(cached_file(NAME, "config.json", cache_dir=str(hub)))
+    assert os.path.samefile(reference, here / NAME)
+    out = tmp_path / "o"
+    assert main([str(step3), "--out", str(out)], PROG) == 0
+    capsys.readouterr()
+    assert os.path.samefile(out / "model.safetensors", os.path.join(reference, "model.safetensors"))
