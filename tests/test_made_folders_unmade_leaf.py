@@ -27,3 +27,11 @@ def test_a_made_parent_holding_a_file_stays(tmp_path):
     remove_made_folders(leaf, root)
     assert not os.path.lexists(tmp_path / "a" / "b")
     assert sorted(os.listdir(tmp_path / "a")) == ["keep.txt"]
+
+
+def test_a_path_that_exists_as_a_file_has_no_missing_root(tmp_path):
+    """missing_root's rule ("None when ``path`` exists"), os.path.exists the reference: a file is not a folder to make."""
+    f = tmp_path / "notes.txt"
+    f.write_text("theirs\n")
+    assert os.path.exists(f) and missing_root(f) is None
+    assert missing_root(tmp_path / "new" / "x") == tmp_path / "new"
