@@ -235,6 +235,12 @@ def test_hf_with_the_adapter_of_a_run_that_changed_the_rope_on_its_start_is_refu
     assert str(e.value).endswith("or give pretrained= a folder holding the base's weights and the step's config.json, "
                                  f"which longshort-eval peft-base {yarn_step} --out {tmp_path}_step_2_base writes")
     assert "base=" not in str(e.value) and str(e.value).count("(base 10000)") == 2
+    # peft= on that step folder itself: the way on named is that folder too, not the start checkpoint (it named
+    # "pretrained=<the run's start checkpoint>", which the refusal above refuses)
+    with pytest.raises(ValueError, match="applied twice") as e:
+        _check_hf_peft(yarn_step, yarn_step / ADAPTER_DIR)
+    assert f"longshort-eval peft-base {yarn_step} --out {tmp_path}_step_2_base writes" in str(e.value)
+    assert "<the run's start checkpoint>" not in str(e.value)
     # a RoPE transformers cannot run (Phi-3.5 + YaRN, CLEX, EABF): --model hf refuses the step folder too, so the
     # refusal names --model longshort on it (it named pretrained=<step> under hf, which is refused in turn)
     eabf_step = tmp_path / "step_3"

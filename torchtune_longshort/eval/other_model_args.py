@@ -86,9 +86,14 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
         return
     base = Path(pretrained).expanduser()
     if layout is not None and base.is_dir() and base.resolve() == step.resolve():
+        # the way on with peft=: the recorded base, or the folder peft-base writes where the run changed the RoPE
+        # (it named "<the run's start checkpoint>", which that run's next command refused as another RoPE)
+        recorded = (_json(adapter / "adapter_config.json") or {}).get("base_model_name_or_path")
+        found = recorded_base_found(adapter, str(recorded)) if recorded else None
+        way = (f"put the adapters on their base ({_base_way(str(recorded), found, adapter)})" if recorded
+               else "give pretrained=<the run's start checkpoint>")
         raise ValueError(f"{where} with pretrained={pretrained}: that step folder holds these adapters merged already, "
-                         "so they would be applied twice; drop peft= to evaluate the trained model, or give "
-                         "pretrained=<the run's start checkpoint>")
+                         f"so they would be applied twice; drop peft= to evaluate the trained model, or {way}")
     refuse_other_lora_step(base, adapter, where, pretrained)
     if layout is None:
         return  # a plain PEFT adapter: the rest is PEFT's (and peft_fit's) to check
