@@ -6,9 +6,13 @@ the walk's). It now names ``--out`` and its disk's room. The full disk is simula
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 from pathlib import Path
 
 import pytest
+from disk_full import needs_unshare, on_small_disk
 
 pytest.importorskip("gguf")
 
@@ -28,3 +32,22 @@ def test_a_disk_that_fills_while_the_folder_is_written_is_named(tmp_path, sp_tok
     line = _refused(gguf, tmp_path, capsys, f"no space left on the disk writing {out} (")
     assert line.endswith("[Errno 28] No space left on device; free space there, or write to a disk with room, and "
                          "run again"), line
+
+
+@pytest.mark.slow  # a fresh interpreter converts in the namespace: about 10 s
+@needs_unshare
+def test_a_file_the_disk_had_no_room_for_is_named_under_out_not_in_the_folder_aside(tmp_path, sp_tokenizer_dir):
+    """A file whose creation found the disk full (a tmpfs of 4 inodes, ``disk_full.on_small_disk``: a real ENOSPC from
+    ``open``, which names its file): the line named it in the folder the conversion writes beside ``--out``
+    (".../.conv.converting_x/generation_config.json"), gone by the time the user read it; it names the file under
+    ``--out`` now, as the study's pre-flight and peft-base do (``made_folders.named_in_place``)."""
+    gguf = sentencepiece_gguf(tmp_path / "m.gguf", (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes())
+    disk = tmp_path / "disk"
+    out = disk / "conv"
+    p = on_small_disk(disk, "1m,nr_inodes=4", f"python -m torchtune_longshort.models.gguf --gguf {gguf} --out {out}; "
+                      f"echo \"#rc $?\"; ls -A {disk}")
+    assert p.stdout.split("#rc ")[1].split() == ["2"], p.stdout + p.stderr  # exit 2, and nothing left on the disk
+    line = p.stderr.strip().splitlines()[-1]
+    written = re.search(r"no space left on the disk writing (\S+) \(", line)
+    assert written and Path(written[1]).parent == out, line
+    assert ".conv.converting_" not in line and f"[Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}" in line, line

@@ -38,7 +38,8 @@ from torchtune_longshort.models.families import UnsupportedModelError, family_of
 from torchtune_longshort.models.gguf_cache import cache_dir, cache_field, lock_beside, waited_for
 from torchtune_longshort.models.gguf_checks import check_readable, converted_bytes, hf_folder_hint, load_complete
 from torchtune_longshort.models.gguf_tokenizer import as_llama_cpp_encodes
-from torchtune_longshort.made_folders import folder_beside, missing_root, remove_abandoned, remove_made_folders
+from torchtune_longshort.made_folders import (folder_beside, missing_root, named_in_place, remove_abandoned,
+                                              remove_made_folders)
 from torchtune_longshort.output_guard import check_output_folder, plain_file_mode, read_json
 from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing, stoppable, user_path
 from torchtune_longshort.temporary_files import ABANDONED_AFTER_S
@@ -170,13 +171,19 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
                                                                 keep=False):
             tmp = folder_beside(target, *scratch)
             try:
-                with naming(out_dir):  # its files are written beside it first, then the folder is renamed into place
-                    model.save_pretrained(str(tmp))
-                    tok.save_pretrained(str(tmp))
-                    plain_file_mode(*tmp.glob("*.safetensors"))  # a shared cache: safetensors >= 0.8 leaves 0600
-                    files = sorted(p.name for p in tmp.iterdir())
-                    (tmp / DONE_MARK).write_text(json.dumps({"conversion": CONVERSION, "from": gguf.name,
-                                                              "dtype": dtype, "files": files}) + "\n")
+                try:
+                    with naming(out_dir):  # its files are written beside it first, then the folder is renamed in
+                        model.save_pretrained(str(tmp))
+                        tok.save_pretrained(str(tmp))
+                        plain_file_mode(*tmp.glob("*.safetensors"))  # a shared cache: safetensors >= 0.8 leaves 0600
+                        files = sorted(p.name for p in tmp.iterdir())
+                        (tmp / DONE_MARK).write_text(json.dumps({"conversion": CONVERSION, "from": gguf.name,
+                                                                  "dtype": dtype, "files": files}) + "\n")
+                except OSError as e:  # a file named as it would have been under out_dir: the folder aside goes
+                    shown = named_in_place(e, tmp, out_dir)
+                    if shown is e:
+                        raise
+                    raise shown from e
                 _replace(tmp, target)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)  # left only when the move failed
