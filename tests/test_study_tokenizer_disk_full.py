@@ -30,7 +30,9 @@ def test_a_full_disk_while_the_tokenizer_is_put_in_place_leaves_none(tmp_path, m
     def full(src, dst, *args, **kwargs):
         copied.append(Path(dst).name)
         if len(copied) == 2:  # the first file whole, the second finds the disk full
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), str(dst))
+            # as shutil's sendfile copy raises it: the file read as filename, the file written as filename2 (the
+            # fourth argument is winerror: OSError(e, s, src, dst) left filename2 None and named the source written)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), None, str(dst))
         return real(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(shutil, "copyfile", full)
@@ -42,3 +44,20 @@ def test_a_full_disk_while_the_tokenizer_is_put_in_place_leaves_none(tmp_path, m
     monkeypatch.setattr(shutil, "copyfile", real)  # room made: the rerun puts it in place whole
     preflight._put_in_place(trained, target)
     assert all((target / n).read_bytes() == (trained / n).read_bytes() for n in names)
+
+
+def test_a_file_the_copy_cannot_read_is_named_where_it_lies(tmp_path, sp_tokenizer_dir):
+    """A trained file the copy cannot open (a link whose file is gone: ENOENT from the real ``open``, no patching) was
+    named as ``<out>/tokenizer``'s, a file the user never had ("[Errno 2] No such file or directory:
+    'st/tokenizer/tokenizer.model'"); a read error keeps naming the file read, and nothing is left."""
+    from torchtune_longshort.study import preflight
+
+    trained, target = tmp_path / "trained", tmp_path / "st" / "tokenizer"
+    shutil.copytree(sp_tokenizer_dir, trained)
+    gone = trained / "tokenizer.model"
+    gone.unlink()
+    gone.symlink_to(tmp_path / "deleted.model")
+    with pytest.raises(OSError) as raised:
+        preflight._put_in_place(trained, target)
+    assert raised.value.errno == errno.ENOENT and raised.value.filename == str(gone), raised.value
+    assert not target.exists() and os.listdir(tmp_path / "st") == []

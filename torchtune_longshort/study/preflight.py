@@ -64,7 +64,7 @@ from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS, flag
 from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 from torchtune_longshort.models.checkpoint_open import ArgNames, open_checkpoint
-from torchtune_longshort.made_folders import folder_beside
+from torchtune_longshort.made_folders import folder_beside, named_in_place
 from torchtune_longshort.refusals import one_line
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_METADATA_PREFIX, FAMILY_TASK
@@ -309,14 +309,18 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
 def _put_in_place(trained: Path, target: Path) -> None:
     """``trained``'s files copied into a folder beside ``target``, renamed into place once whole: a full disk (or a
     kill) part-way leaves no ``target`` (a cut one, ``tokenizer.model`` empty, was taken by the rerun as trained, and
-    every run failed reading it). An error naming the copy's file is raised naming ``target``'s instead."""
+    every run failed reading it). An error naming the copy's file is raised naming ``target``'s instead; one naming
+    the file read (``trained``'s) keeps it."""
     tmp = folder_beside(target, "copying")
     try:
         for f in sorted(trained.iterdir()):
             try:
                 shutil.copyfile(f, tmp / f.name)
             except OSError as e:
-                raise OSError(e.errno, e.strerror, str(target / f.name)) from e
+                shown = named_in_place(e, tmp, target)
+                if shown is e:
+                    raise
+                raise shown from e
         os.rename(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed
