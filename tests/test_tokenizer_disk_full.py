@@ -3,8 +3,10 @@ full disk: the recipe said 'no space left on the disk while setting up output_di
 ...; free space there, or set output_dir to a disk with room' (a 12 KiB-free tmpfs as tokenizer.path, output_dir on
 a disk with room; with a few KiB free, 'tokenizer.path=...: ... cannot read it (Exception: No space left on device
 (os error 28)); name a tokenizer fil' inside it): the wrong disk, the wrong key. It now names tokenizer.path and its
-disk's room. The full disk is simulated by patching the training call (a real tmpfs needs root); the two errors are
-those the walk saw: an OSError from Python's own writes, the ``tokenizers`` library's plain Exception."""
+disk's room. The full disk is simulated by patching the training call, in this process: a real one
+(``disk_full.on_small_disk``, no root) needs a fresh interpreter in its namespace, and importing the recipe there took
+about 9 s a case (a 12k and a 4k tmpfs, walked so); the two errors are those the walk saw: an OSError from Python's own
+writes, the ``tokenizers`` library's plain Exception."""
 
 from __future__ import annotations
 
