@@ -329,6 +329,32 @@ def write_names(path: Union[str, Path], names: Iterable[str]) -> None:
     atomic_write_text(path, json.dumps(sorted(set(names)), indent=0) + "\n")
 
 
+def start_names(path: Union[str, Path]) -> None:
+    """Make the list :func:`read_names` reads, empty (``[]``), where there is none (its folder too): written whole in a
+    temporary file and linked into place, so that a kill leaves the list or none, never an empty file that is no JSON;
+    never replacing one another process has listed names in meanwhile (the link fails where ``path`` exists)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(path):
+        return
+    tmp, f = new_temporary(path, "w", encoding="utf-8")
+    try:
+        with f:
+            f.write("[]\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError as e:  # a file system without hard links (EPERM on vfat): made empty, read as no names
+            if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+                raise
+            os.close(flock_named(path, os.O_RDONLY)[0])
+    finally:
+        tmp.unlink()
+
+
 FILE_SUFFIXES = (".json", ".jsonl", ".md", ".csv", ".png", ".pdf", ".txt", ".html")  # a new output folder's name
 # ending in one of these was meant as a file
 

@@ -61,7 +61,7 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported 
     from torchtune_longshort.eval.tasks.babilong.partials import partial_of, remove_killed_partials
     from torchtune_longshort.eval.tasks.babilong.stories import QA_TASKS, check_qa, make_story
     from torchtune_longshort.output_guard import (atomic_open, check_output_folder, is_written_file, read_names,
-                                                  write_names)
+                                                  start_names, write_names)
     from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 
 # What a length label sizes: the row's input, or the whole request the task makes of it (see the module doc).
@@ -187,7 +187,7 @@ def generate(
                disable=not progress)
     with contextlib.closing(bar), _taken_back(out, lengths):  # the bar closed before a failure's line
         # the list made before the first partial file: what marks a killed run's partial files as the generator's
-        os.close(flock_named(out / WRITTEN, os.O_RDONLY, make_folder=True)[0])
+        start_names(out / WRITTEN)
         for length in lengths:
             _write_length(out, length, qa_tasks, depths, n, lines, count_tokens, seed, prompts, bar, paths)
     return paths
