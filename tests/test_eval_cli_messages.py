@@ -73,6 +73,26 @@ def test_the_helps_stock_lm_eval_command_names_a_model_lm_eval_runs(monkeypatch,
         assert "pretrained" in args.model_args and args.include_path and args.tasks, text
 
 
+def test_the_stock_commands_tasks_path_is_asked_of_the_command_as_started(monkeypatch):
+    """Under ``python -m torchtune_longshort.eval`` (no ``longshort-eval`` on the PATH, a checkout) both helps said
+    ``"$(longshort-eval tasks-path)"``; the hint now runs the command as the user started it. Reference: the argv this
+    test starts it with (``tasks-path --help``, a fresh interpreter), and the name the preamble is given."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from torchtune_longshort.eval import cli_argv
+
+    started = [sys.executable, "-m", "torchtune_longshort.eval", "tasks-path"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([*started, "--help"], capture_output=True, text=True, env=env, check=True).stdout
+    inner = shlex.split(re.search(r'"\$\(([^)]*)\)"', out)[1])
+    assert inner[1:] == started[1:] and inner[0].startswith("python"), out
+    for me in ("python -m torchtune_longshort.eval", "longshort-eval"):
+        monkeypatch.setattr(cli_argv, "prog", lambda: me)
+        assert f'--include_path "$({me} tasks-path)"' in help_preamble()
+
+
 def test_a_task_typo_gets_did_you_mean():
     known = ["longshort_ppl", "longshort_passkey", "longshort_babilong", "hellaswag"]
     line = tasks_not_found("Tasks not found: longshort_pll, nothing_like_it", known)

@@ -31,7 +31,7 @@ import sys
 
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
 from torchtune_longshort.eval import cli_argv
-from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL, asks_help, option
+from torchtune_longshort.eval.cli_argv import asks_help, option, stock_lm_eval
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
@@ -53,7 +53,7 @@ def main() -> None:
                   f"folder, for lm-eval's --include_path", file=sys.stderr)
             sys.exit(2)
         print(tasks_path() if not extra else f"usage: {prog} tasks-path\n\nPrint the installed task pack's folder, "
-              f"for stock lm-eval: {STOCK_LM_EVAL}")
+              f"for stock lm-eval: {stock_lm_eval()}")
         return
     quiet_upstream()  # before the imports of _evaluate and peft_base: torchao logs a line on import
     if sys.argv[1:2] == ["peft-base"]:  # a folder for stock lm-eval, as tasks-path is a path for it: no lm-eval run

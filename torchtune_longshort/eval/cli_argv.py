@@ -14,16 +14,18 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.started_as import command_name
 
-# Stock lm-eval 0.4.13 running the pack, in its `run` form as `lm-eval --help` gives it (longshort-eval's --help and
-# `tasks-path --help` print it).
-STOCK_LM_EVAL = ('lm-eval run --model hf --model_args pretrained=DIR --include_path "$(longshort-eval tasks-path)" '
-                 "--tasks longshort_ppl ...")
-
-
 def prog() -> str:
     """``longshort-eval``'s name in its lines: as it was started (:func:`~torchtune_longshort.started_as.command_name`:
     ``python -m torchtune_longshort.eval`` as typed, else the console script's name)."""
     return command_name("torchtune_longshort.eval.__main__")
+
+
+def stock_lm_eval() -> str:
+    """Stock lm-eval 0.4.13 running the pack, in its `run` form as `lm-eval --help` gives it (longshort-eval's --help
+    and `tasks-path --help` print it), its ``tasks-path`` asked of the command as it was started (:func:`prog`: under
+    ``python -m torchtune_longshort.eval`` a ``longshort-eval`` may not be on the PATH)."""
+    return (f'lm-eval run --model hf --model_args pretrained=DIR --include_path "$({prog()} tasks-path)" '
+            "--tasks longshort_ppl ...")
 
 
 def asks_help(args: Sequence[str]) -> bool:

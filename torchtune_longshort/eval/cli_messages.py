@@ -12,7 +12,7 @@ import re
 import textwrap
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from torchtune_longshort.eval.cli_argv import STOCK_LM_EVAL, prog
+from torchtune_longshort.eval.cli_argv import prog, stock_lm_eval
 from torchtune_longshort.eval.model import args as model_args
 from torchtune_longshort.eval.report.results_io import PREDICT_ONLY_METRIC as BYPASS, not_scored_of, predict_only_of
 from torchtune_longshort.eval.tasks.common.unavailable import LIMIT_LEFT_OUT_KEY, MISSING_METRIC
@@ -33,7 +33,7 @@ def help_preamble() -> str:
         f"  {me} run --model longshort --model_args pretrained=DIR[,key=value...] --tasks longshort_ppl ...\n"
         f"  {me} tasks-path\n"
         "      print the task pack's folder, for stock lm-eval:\n"
-        f"      {STOCK_LM_EVAL}\n"
+        f"      {stock_lm_eval()}\n"
         f"  {me} peft-base STEP --out DIR\n"
         "      write the base folder a LoRA run's STEP/adapter goes on under stock lm-eval\n"
         "      (--model hf --model_args pretrained=DIR,peft=STEP/adapter)\n\n"
