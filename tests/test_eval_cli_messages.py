@@ -165,21 +165,19 @@ def test_lm_evals_own_argument_errors_and_validate_are_one_line_refusals(capsys,
     """lm-eval's parsers printed their usage above the error (two lines and more, under the name ``lm-eval``), and
     ``validate`` printed ``Tasks not found: ...`` on stdout with exit 1 and no nearest name; each is now one line
     ``longshort-eval: error: ...``, exit 2, as ``run``'s unknown task is."""
-    import sys
-
-    import pytest
-
     from torchtune_longshort.eval.__main__ import main
 
     for args, needle in [(["run", "--model", "dummy", "--tasks", "longshort_ppl", "--limit", "abc"],
                           "--limit abc: give a whole number of documents per task"),
                          (["run", "--bogus", "1"], "unrecognized arguments: --bogus 1"),
-                         (["validate", "--tasks", "longshort_pll"], "no task 'longshort_pll' (did you mean 'longshort_ppl'")]:
+                         (["validate", "--tasks", "longshort_pll"],
+                          "no task 'longshort_pll' (did you mean 'longshort_ppl'")]:
         monkeypatch.setattr(sys, "argv", ["longshort-eval", *args])
         with pytest.raises(SystemExit) as e:
             main()
         out, err = capsys.readouterr()
-        assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("longshort-eval: error: ") and needle in err, err
+        assert e.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith("longshort-eval: error: ") and needle in err, err
         assert "Tasks not found" not in out
 
 
@@ -213,7 +211,6 @@ def test_the_longshort_models_arguments_are_refused_before_lm_eval_starts(tmp_pa
     INFO lines, then task loading); it is now the whole output: one line, exit 2."""
     import os
     import subprocess
-    import sys
     from pathlib import Path
 
     from warm_start import with_warm_start
@@ -235,8 +232,6 @@ def test_a_limit_lm_eval_would_fail_on_or_cut_is_refused_before_it_starts():
     """lm-eval takes --limit < 1 as a fraction (ceil) and >= 1 as a count (int): 0 failed after the model had loaded
     ("task.build_requests() did not find any docs!"), -1 with an islice error naming no option, and 1.5 ran one
     document without a word. They are refused before lm-eval starts; a count or a fraction passes."""
-    import pytest
-
     from torchtune_longshort.eval.cli_run import lm_eval_argv
 
     def argv(limit):
@@ -253,7 +248,6 @@ def test_check_integrity_that_cannot_pass_is_refused_before_it_starts(monkeypatc
     """lm-eval's --check_integrity runs pytest on its repository's tests/test_version_stable.py once the model has
     loaded: from an installed lm-eval it ended in a ModuleNotFoundError / FileNotFoundError traceback, and a pack task
     has no test there. Refused in one line naming why; lm-eval's own task with its tests and pytest goes on."""
-    import pytest
     from lm_eval import evaluator_utils
 
     from torchtune_longshort.eval.cli_run import lm_eval_argv
@@ -278,10 +272,6 @@ def test_check_integrity_that_cannot_pass_is_refused_before_it_starts(monkeypatc
 
 def test_tasks_path_takes_no_arguments(capsys, monkeypatch):
     # `longshort-eval tasks-path --foo` printed the path and exited 0
-    import sys
-
-    import pytest
-
     from torchtune_longshort.eval.__main__ import main
     from torchtune_longshort.eval.tasks import tasks_path
 
@@ -332,7 +322,6 @@ def test_run_cli_reads_back_the_results_of_either_output_path_form(tmp_path):
 def test_run_alone_prints_lm_evals_run_help_and_exits_0(monkeypatch, capsys):
     # `lm-eval run` prints run's help, exit 0; `longshort-eval run` ran an evaluation of no task: lm-eval's start-up
     # log ('Selected Tasks: []', the seeds) and 'longshort-eval: error: No tasks specified, or no tasks found.', exit 2
-    import pytest
     from lm_eval._cli.harness import HarnessCLI
 
     import torchtune_longshort.eval.__main__ as cli
@@ -356,7 +345,6 @@ def test_a_verbosity_lm_eval_would_fail_on_after_the_run_is_refused_before_it_st
     before lm-eval starts exactly where lm-eval's own setup_logging would fail (the reference, run here)."""
     import logging
 
-    import pytest
     from lm_eval import utils
 
     from torchtune_longshort.eval.cli_run import lm_eval_argv
