@@ -99,3 +99,16 @@ def test_ctrl_c_while_a_python_m_command_imports_names_it_as_typed(monkeypatch, 
             raise KeyboardInterrupt
     err = capsys.readouterr().err
     assert e.value.code == 130 and err.startswith(f"python -m {typed}: interrupted (SIGINT): "), err
+
+
+def test_peft_base_help_examples_name_the_command_as_started():
+    """`python -m torchtune_longshort.eval peft-base --help` gave its examples as `longshort-eval peft-base ...` and
+    `$(longshort-eval tasks-path)`, a script that may not be on the PATH of a `python -m` user. Reference: the command
+    line this test types."""
+    typed = "torchtune_longshort.eval"
+    done = subprocess.run([sys.executable, "-m", typed, "peft-base", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    examples = done.stdout.split("examples:")[1]
+    assert f"  python -m {typed} peft-base run/step_3 --out run_step_3_base" in examples, examples
+    assert f'"$(python -m {typed} tasks-path)"' in examples and "longshort-eval" not in examples, examples

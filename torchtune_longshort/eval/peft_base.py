@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import List, NamedTuple, Optional, Tuple
 
 from torchtune_longshort.disk_space import note_room
+from torchtune_longshort.eval.cli_argv import prog as eval_prog
 from torchtune_longshort.eval.peft_fit import (hub_cached_folder, hub_named, recorded_base_found, recorded_base_name,
                                               recorded_base_said, same_checkpoint)
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE, check_checkpoint_folder, read_hf_config
 from torchtune_longshort.models.hf_rope import not_representable_method
 from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
-from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, PEFT_BASE_COMMAND
+from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE
 from torchtune_longshort.models.tokenizer_formats import has_tokenizer
 from torchtune_longshort.made_folders import folder_beside, missing_root, named_in_place, remove_made_folders
 from torchtune_longshort.output_guard import read_json
@@ -193,9 +194,9 @@ def _place(source: Path, target: Path) -> str:
 def main(argv: List[str], prog: str) -> int:
     """Parse ``argv`` (after ``peft-base``), refuse or write, print the folder and the ``--model_args``."""
     ap = ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], examples=[
-        f"{PEFT_BASE_COMMAND} run/step_3 --out run_step_3_base",
+        f"{prog} run/step_3 --out run_step_3_base",  # the command as it was started, as its other lines say
         'lm-eval run --model hf --model_args pretrained=run_step_3_base,peft=run/step_3/adapter '
-        '--include_path "$(longshort-eval tasks-path)" --tasks longshort_ppl'])
+        f'--include_path "$({eval_prog()} tasks-path)" --tasks longshort_ppl'])
     ap.add_argument("step", type=user_path, help="a LoRA run's step folder (run/step_<k>), or its adapter/")
     ap.add_argument("--out", required=True, type=user_path, help="the folder to write (new, or empty)")
     ap.add_argument("--base", type=user_path, help="the adapters' base where it no longer lies at its recorded path "
