@@ -7,38 +7,22 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import time
 
 import pytest
+from killed_when import killed_when
 
 from torchtune_longshort.eval.tasks.babilong import generator
 
 ARGS = ["--out", "rows", "--lengths", "0k", "--qa", "qa1,qa2", "--n", "3000"]
 
 
+def _listed(list_file: str) -> bool:
+    with open(list_file) as f:
+        return bool(json.load(f))
+
+
 def _killed_once_listed(list_file: str) -> None:
-    pid = os.fork()
-    if pid == 0:  # the generator, killed below: no Python cleanup runs in it
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-            generator.main(ARGS)
-        finally:
-            os._exit(0)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with open(list_file) as f:
-                if json.load(f):
-                    break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.001)
-    os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    killed_when(lambda: generator.main(ARGS), lambda: _listed(list_file))
 
 
 def test_a_killed_generator_lists_no_file_it_did_not_write(tmp_path, monkeypatch, capsys):

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 
 import pytest
+from killed_when import killed_when
 
 from torchtune_longshort.output_guard import WRITING, atomic_open, check_output_folder, undone_on_failure
 
 PATTERNS = ("out_*.txt",)
 NAMES = ("out_a.txt", "out_b.txt")
-
 
 
 def _write_slowly(folder) -> None:
@@ -32,23 +31,8 @@ def _write_slowly(folder) -> None:
 
 def test_a_killed_writer_lists_no_file_it_did_not_write(tmp_path):
     folder = tmp_path / "rep"
-    pid = os.fork()
-    if pid == 0:  # the writer, killed below: no Python cleanup runs in it
-        try:
-            _write_slowly(folder)
-        finally:
-            os._exit(0)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            if set(json.loads((folder / WRITING).read_text())) & set(NAMES):
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.001)
-    os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    killed_when(lambda: _write_slowly(folder),
+                lambda: bool(set(json.loads((folder / WRITING).read_text())) & set(NAMES)))
     listed = [n for n in json.loads((folder / WRITING).read_text()) if n in NAMES]
     assert listed and [n for n in listed if not os.path.isfile(folder / n)] == []
     missing = [n for n in NAMES if not os.path.isfile(folder / n)]
