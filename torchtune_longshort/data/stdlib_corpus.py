@@ -46,6 +46,9 @@ TEST_PACKAGES = ("test", "idlelib", "lib2to3")
 # relative to the stdlib, so that a file is on the same side on every install and Python version that has it.
 HELDOUT_EVERY = 3
 SPLITS = ("train", "heldout")
+# The arguments that select which files a stdlib source reads (check_stdlib_arguments checks them): a run's
+# recorded dataset and an eval source are compared by them (data.stdlib_overlap).
+SELECTION_KEYS = ("include_tests", "split", "limit", "min_bytes")
 
 
 def in_heldout(relative: str) -> bool:

@@ -46,6 +46,7 @@ with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while 
     from torchtune_longshort.data.fixed_length import TooFewSequences, counted_fixed_length_sequences
     from torchtune_longshort.data.source_names import SourceNames, source_names
     from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES
+    from torchtune_longshort.data.stdlib_overlap import warn_overlap
     from torchtune_longshort.devices import require_device
     from torchtune_longshort.disk_space import check_not_full
     from torchtune_longshort.hidden_states import last_position_logits
@@ -271,6 +272,9 @@ def _main(argv=None) -> int:
         model = load_hf_checkpoint(folder, rope=opened.rope_override, max_seq_len=args.length, device=args.device,
                                    length_field="--length")
 
+    # a stdlib --data that holds text the checkpoint's run trained on (its torchtune_config.yaml): said, not refused
+    trained_text = warn_overlap(args.data, [args.checkpoint_dir], "--data",
+                                lambda line: print(f"{_prog()}: warning: {line}", file=sys.stderr))
     try:
         seqs, skipped = counted_fixed_length_sequences(
             documents_for(args.data, args.text_field, args.split, args.skip_bad_records),
@@ -301,7 +305,7 @@ def _main(argv=None) -> int:
                split=args.split if kind == "hub" else None,
                seed=args.seed, rope_scaling=opened.rope_spec, rope_override=args.rope, records_skipped=skipped,
                usable_length=opened.usable_length,
-               extrapolated=opened.verdict.extrapolated,
+               extrapolated=opened.verdict.extrapolated, trained_text_overlap=trained_text,
                provenance=provenance(device=args.device, stdlib=data_kind(args.data) == "stdlib"))
     text = strict_json(out, indent=2)
     if args.output:

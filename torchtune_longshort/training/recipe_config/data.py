@@ -19,7 +19,7 @@ from torchtune_longshort.data.corpus import (
 from torchtune_longshort.data.hf_loading import builder_keys
 from torchtune_longshort.data.source_names import SourceNames, mend_or_skip
 from torchtune_longshort.data.data_files import check_not_empty, check_not_saved_dataset, named_files, named_path
-from torchtune_longshort.data.stdlib_corpus import check_stdlib_arguments
+from torchtune_longshort.data.stdlib_corpus import SELECTION_KEYS, check_stdlib_arguments
 from torchtune_longshort.data.file_paths import resolve_files
 from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
 from torchtune_longshort.data.text_files import DataRecordError, check_encoding, check_heads
@@ -29,7 +29,7 @@ from torchtune_longshort.config.values import boolean, integer, length, resolve_
 
 SKIP_BAD_RECORDS = "skip_bad_records"
 # corpus.stdlib's arguments check_stdlib_arguments takes
-STDLIB_CHOICES = ("include_tests", "split", "limit", "min_bytes")
+STDLIB_CHOICES = SELECTION_KEYS
 
 
 def _not_packed(path: str, value: Any) -> bool:

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sources -> corpus.stdlib()'s arguments
+from torchtune_longshort.data.stdlib_overlap import CHECKPOINT_KEYS, warn_overlap
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError, SkippedRecord
 from torchtune_longshort.eval.tasks.common.local_files import read_local
 from torchtune_longshort.eval.tasks.common.token_sequences import (
@@ -141,9 +142,13 @@ TEXT_DEFAULTS = {"source": "stdlib", "split": "test", "text_field": "text", "chu
 def texts_from_metadata(metadata: Dict[str, Any], prefix: str, min_chars: int = 0) -> Iterator[str]:
     """:func:`iter_texts` configured by a task's metadata keys ``<prefix>_source``, ``<prefix>_data_files``,
     ``<prefix>_dataset_path``, ``<prefix>_dataset_name``, ``<prefix>_split``, ``<prefix>_text_field`` and
-    ``<prefix>_skip_bad_records``."""
+    ``<prefix>_skip_bad_records``. A stdlib source that holds text the evaluated checkpoint's run trained on is
+    said once, as a warning (:func:`warn_trained_text`)."""
+    source = metadata.get(f"{prefix}_source", TEXT_DEFAULTS["source"])
+    if not metadata.get(f"{prefix}_data_files"):
+        warn_trained_text(metadata, source, f"{prefix}_source")
     return iter_texts(
-        source=metadata.get(f"{prefix}_source", TEXT_DEFAULTS["source"]),
+        source=source,
         data_files=metadata.get(f"{prefix}_data_files"),
         dataset_path=metadata.get(f"{prefix}_dataset_path"),
         dataset_name=metadata.get(f"{prefix}_dataset_name"),
@@ -155,6 +160,13 @@ def texts_from_metadata(metadata: Dict[str, Any], prefix: str, min_chars: int = 
         skip_hint=f"or skip such records: --metadata '{{\"{prefix}_skip_bad_records\": true}}'",
         text_field_setting=f"{prefix}_text_field in --metadata",
     )
+
+
+def warn_trained_text(metadata: Dict[str, Any], source: Any, setting: str) -> Optional[str]:
+    """Warn (once per run) where the stdlib source ``source``, given as ``setting``, holds files the run that saved
+    the evaluated checkpoint (the ``model_args`` in ``metadata``: ``pretrained``, ``checkpoint_dir``, ``peft``)
+    trained on, by its recorded ``torchtune_config.yaml`` (:mod:`torchtune_longshort.data.stdlib_overlap`)."""
+    return warn_overlap(str(source), [metadata.get(k) for k in CHECKPOINT_KEYS], setting, logger.warning)
 
 
 def flag(metadata: Dict[str, Any], key: str, default: bool = False) -> bool:

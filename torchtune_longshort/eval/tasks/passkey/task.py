@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 from torchtune_longshort.eval.tasks import PASSKEY_DEFAULTS, TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_depth, per_length, percentages
 from torchtune_longshort.eval.tasks.common.pack_task import sweep_dataset
-from torchtune_longshort.eval.tasks.common.long_text import iter_texts
+from torchtune_longshort.eval.tasks.common.long_text import iter_texts, warn_trained_text
 from torchtune_longshort.eval.tasks.common.token_sequences import TaskTokenizer, tokenizer_from_metadata
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks.common.unavailable import (
@@ -237,8 +237,10 @@ def passkey_dataset(**metadata: Any):
     def rows_at(length: int) -> List[Dict[str, Any]]:
         if metadata.get("passkey_data_files"):
             return _rows_from_files(metadata["passkey_data_files"], length, _placeholder_row(length))
-        units = haystack_units(metadata.get("passkey_haystack", PASSKEY_DEFAULTS["haystack"]),
-                               metadata.get("passkey_haystack_files"))
+        haystack = metadata.get("passkey_haystack", PASSKEY_DEFAULTS["haystack"])
+        if not metadata.get("passkey_haystack_files"):  # a stdlib haystack the checkpoint trained on: said once
+            warn_trained_text(metadata, haystack, "passkey_haystack")
+        units = haystack_units(haystack, metadata.get("passkey_haystack_files"))
         samples = make_passkey_samples(tokenizer_from_metadata(metadata), length, units=units,
                                        **_sample_settings(metadata))
         return [asdict(s) for s in samples]
