@@ -75,3 +75,37 @@ def test_misalignment_cli_says_it_and_records_it(tiny_finished_run, tmp_path, ca
     err = [x for x in capsys.readouterr().err.splitlines() if "overlaps the text" in x]
     assert len(err) == 1 and "warning: --data=stdlib_heldout" in err[0]
     assert json.loads(out.read_text())["trained_text_overlap"] in err[0]
+
+
+def test_results_record_it_and_the_report_shows_it(tiny_finished_run, tmp_path):
+    """longshort-eval's record of a run (add_run_record, any --model) keeps the line of the task whose source
+    overlaps (ppl's stdlib_heldout), not of one held out (misalignment's stdlib_tests), and the report says it."""
+    from report_runs import lm_eval_run
+
+    from torchtune_longshort.eval.report.build import build_report
+    from torchtune_longshort.eval.run_record import add_run_record
+
+    run = _run_without_split(tiny_finished_run, tmp_path)
+    step = str(run / "step_1")
+    trained = _files(include_tests=False)
+    read = _files(split="heldout")
+    results = {"config": {"model": "hf", "model_args": f"pretrained={step}", "provenance": {},
+                          "checkpoint_fingerprint": "x"},
+               "configs": {"longshort_ppl": {"task": "longshort_ppl",
+                                             "metadata": {"pretrained": step, "ppl_source": "stdlib_heldout",
+                                                          "mis_source": "stdlib_tests"}},
+                           "longshort_misalignment": {"task": "longshort_misalignment",
+                                                      "metadata": {"pretrained": step, "ppl_source": "stdlib_heldout",
+                                                                   "mis_source": "stdlib_tests"}}}}
+    add_run_record(results)
+    lines = results["config"]["trained_text_overlap"]
+    assert len(lines) == 1 and lines[0].startswith("ppl_source=stdlib_heldout overlaps")
+    assert f"{len(read & trained)} of the {len(read)} files" in lines[0]
+
+    d = lm_eval_run(tmp_path / "res", 20, pretrained=step, model="hf")
+    f = next(d.glob("results_*.json"))
+    data = json.loads(f.read_text())
+    data["config"]["trained_text_overlap"] = lines
+    f.write_text(json.dumps(data))
+    build_report([d], tmp_path / "rep")
+    assert lines[0] in (tmp_path / "rep" / "report.md").read_text()

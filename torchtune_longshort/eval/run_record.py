@@ -15,12 +15,20 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
+from torchtune_longshort.eval.tasks import PASSKEY_DEFAULTS, TASK_FAMILIES, family_of
+from torchtune_longshort.eval.tasks.common.long_text import TEXT_DEFAULTS, trained_text_overlaps
 from torchtune_longshort.models.hf_checkpoint import folder_fingerprint
 from torchtune_longshort.provenance import provenance
 
 log = logging.getLogger(__name__)
+# family -> (the setting naming its text source, its default, the keys of local files that replace it)
+_TEXT_SETTINGS = {**{f: (f"{p}_source", TEXT_DEFAULTS["source"], (f"{p}_data_files",))
+                     for f, p in (("ppl", TASK_FAMILIES["ppl"].metadata_prefix),
+                                  ("misalignment", TASK_FAMILIES["misalignment"].metadata_prefix))},
+                  "passkey": ("passkey_haystack", PASSKEY_DEFAULTS["haystack"],
+                              ("passkey_haystack_files", "passkey_data_files"))}
 
 
 def _model_args(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -56,10 +64,30 @@ def add_run_record(results: object) -> None:
     scores are still written. Called by :meth:`~torchtune_longshort.eval.results_written.SavedResults.watching`,
     the one wrapper of lm-eval's save during a ``longshort-eval`` run."""
     config = results.get("config") if isinstance(results, dict) else None
-    if not isinstance(config, dict) or {"provenance", "checkpoint_fingerprint"} <= config.keys():
+    if not isinstance(config, dict):
+        return
+    _add_trained_text(results, config)
+    if {"provenance", "checkpoint_fingerprint"} <= config.keys():
         return
     try:
         for key, value in run_record(config).items():
             config.setdefault(key, value)
     except Exception as e:  # noqa: BLE001  (never lose the run's scores to their record)
         log.warning("longshort-eval: provenance not recorded in the results (%s: %s)", type(e).__name__, e)
+
+
+def _add_trained_text(results: Dict[str, Any], config: Dict[str, Any]) -> None:
+    """``trained_text_overlap``: the lines that said a task's stdlib source holds text the checkpoint's run trained
+    on (:func:`~torchtune_longshort.eval.tasks.common.long_text.trained_text_overlaps`; the report shows them)."""
+    lines: List[str] = []
+    try:
+        for task_config in (results.get("configs") or {}).values():
+            family = family_of(task_config.get("task")) if isinstance(task_config, dict) else None
+            setting, default, files = _TEXT_SETTINGS.get(family, (None, None, ()))
+            metadata = task_config.get("metadata") if setting else None
+            if isinstance(metadata, dict) and not any(metadata.get(k) for k in files):
+                lines += [x for x in trained_text_overlaps(metadata, {setting: default}) if x not in lines]
+    except Exception as e:  # noqa: BLE001  (never lose the run's scores to their record)
+        log.warning("longshort-eval: trained-text overlap not recorded in the results (%s: %s)", type(e).__name__, e)
+    if lines:
+        config["trained_text_overlap"] = lines

@@ -219,6 +219,8 @@ def build_report(results_dirs: Sequence[Path], out_dir: Path, labels: Optional[S
     run_notes += [f"`{name}` / `{task}`: --limit left without a document {', '.join(cells)} (no value of them "
                   "below; a larger --limit, at least the task's number of cells, runs each)"
                   for name, tasks in left_out.items() for task, cells in tasks.items()]
+    run_notes += [f"`{name}` read text its checkpoint's run trained on: {line}"
+                  for name, info in infos.items() for line in info.get("trained_text_overlap") or ()]
     # the longshort model of versions before 2026-12-05 ran gen_kwargs it cannot honour as plain greedy, unsaid
     run_notes += [f"`{name}` asked --gen_kwargs {', '.join(f'{k}={v}' for k, v in info['gen_kwargs'].items())}, "
                   "which the longshort model does not decode with (it decodes plain greedy): versions before "

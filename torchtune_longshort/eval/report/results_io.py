@@ -229,7 +229,8 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     the tasks none of whose samples was scored (``unscored``: each counted in ``not_scored``, e.g. the misalignment
     task under ``hf``, whose one placeholder row stands for the whole task, or a task without data), the
     ``--gen_kwargs`` it ran with (``gen_kwargs``), each task's version (``task_versions``) and the settings of the
-    pack's tasks that change what they measure (``task_settings``; :func:`one_run.task_settings`)."""
+    pack's tasks that change what they measure (``task_settings``; :func:`one_run.task_settings`), and the lines that
+    said a stdlib source held text the checkpoint's run trained on (``trained_text_overlap``)."""
     files = results_files(results_dir)
     ident = check_one_run(results_dir)
     samples: Dict[str, int] = {}
@@ -238,9 +239,12 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     versions: Dict[str, Any] = {}
     measured: Dict[str, Dict[str, Any]] = {}
     latest: Dict[str, Tuple[Dict[str, Any], List[str]]] = {}
+    overlap: List[str] = []
     for f in files:
         data = json_file(f)
         config = data.get("config") or {}
+        lines = config.get("trained_text_overlap")
+        overlap += [x for x in lines if isinstance(x, str) and x not in overlap] if isinstance(lines, list) else []
         gen_kwargs = config.get("gen_kwargs") if isinstance(config.get("gen_kwargs"), dict) else gen_kwargs
         limit = lm_eval_limit(config.get("limit", limit))
         dtype = config.get("model_dtype") or dtype
@@ -265,7 +269,7 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
             "unscored": unscored,
             "dtype": str(dtype).replace("torch.", "") if dtype else None, "device": device, "n_shot": shots,
             "chat_template": sorted(chat), "subset": subsets, "gen_kwargs": gen_kwargs,
-            "task_versions": versions, "task_settings": measured}
+            "task_versions": versions, "task_settings": measured, "trained_text_overlap": overlap}
 
 
 def samples_subsets(results_dir: Path, latest: Mapping[str, Tuple[Dict[str, Any], List[str]]]) -> Dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sources -> corpus.stdlib()'s arguments
-from torchtune_longshort.data.stdlib_overlap import CHECKPOINT_KEYS, warn_overlap
+from torchtune_longshort.data.stdlib_overlap import CHECKPOINT_KEYS, overlap_warning, warn_overlap
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError, SkippedRecord
 from torchtune_longshort.eval.tasks.common.local_files import read_local
 from torchtune_longshort.eval.tasks.common.token_sequences import (
@@ -167,6 +167,15 @@ def warn_trained_text(metadata: Dict[str, Any], source: Any, setting: str) -> Op
     the evaluated checkpoint (the ``model_args`` in ``metadata``: ``pretrained``, ``checkpoint_dir``, ``peft``)
     trained on, by its recorded ``torchtune_config.yaml`` (:mod:`torchtune_longshort.data.stdlib_overlap`)."""
     return warn_overlap(str(source), [metadata.get(k) for k in CHECKPOINT_KEYS], setting, logger.warning)
+
+
+def trained_text_overlaps(metadata: Dict[str, Any], sources: Dict[str, Any]) -> List[str]:
+    """:func:`warn_trained_text`'s lines, unsaid, for a task's ``metadata`` as lm-eval records it (model_args
+    merged): one per ``setting`` of ``sources`` (``{setting: its default}``; ``ppl_source``: ``stdlib``) that names a
+    stdlib source the evaluated checkpoint's run trained on. The results' record of what the run warned."""
+    paths = [metadata.get(k) for k in CHECKPOINT_KEYS]
+    lines = (overlap_warning(str(metadata.get(setting, default)), paths, setting) for setting, default in sources.items())
+    return [line for line in lines if line]
 
 
 def flag(metadata: Dict[str, Any], key: str, default: bool = False) -> bool:
