@@ -9,6 +9,7 @@ distribution's entry points. References: the entry points (importlib.metadata) a
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import types
@@ -112,3 +113,31 @@ def test_peft_base_help_examples_name_the_command_as_started():
     examples = done.stdout.split("examples:")[1]
     assert f"  python -m {typed} peft-base run/step_3 --out run_step_3_base" in examples, examples
     assert f'"$(python -m {typed} tasks-path)"' in examples and "longshort-eval" not in examples, examples
+
+
+def test_peft_refusals_name_peft_base_as_the_eval_command_was_started(monkeypatch, tmp_path):
+    """`python -m torchtune_longshort.eval run --model hf --model_args pretrained=<step>,peft=<step>/adapter` on a run
+    that changed the RoPE (YaRN x2) advised 'after longshort-eval peft-base <step> --out ...', a script a python -m
+    user may not have on the PATH (peft-base's --help named it as started since 2fdd4c8, its refusals not); now
+    'python -m torchtune_longshort.eval peft-base <step> ...'. Reference: the command line the test types, and the
+    console script's name from the installed entry points for a call from other code."""
+    from torchtune_longshort.eval.other_model_args import check_peft_args
+
+    base, step = tmp_path / "base", tmp_path / "run" / "step_2"
+    llama = {"model_type": "llama", "rope_theta": 10000.0, "max_position_embeddings": 512, "hidden_size": 64,
+             "num_attention_heads": 4}
+    (step / "adapter").mkdir(parents=True)
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps(llama))
+    (step / "config.json").write_text(json.dumps({**llama, "rope_scaling": {
+        "rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 256}}))
+    (step / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base)}))
+    (step / "adapter" / "longshort_adapter.json").write_text("{}")
+    script = next(name for name, module in OURS if module == "torchtune_longshort.eval.__main__")
+    for typed in (None, "torchtune_longshort.eval"):
+        if typed:
+            _as_python_m(monkeypatch, typed, typed + ".__main__")
+        for pretrained in (step, base):  # the step itself (adapters twice), the start (another RoPE)
+            with pytest.raises(ValueError) as e:
+                check_peft_args(str(pretrained), str(step / "adapter"))
+            assert f"{f'python -m {typed}' if typed else script} peft-base {step} --out " in str(e.value), str(e.value)
