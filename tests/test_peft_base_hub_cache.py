@@ -60,3 +60,29 @@ def test_a_hub_recorded_base_in_the_cache_is_the_base_else_refused_naming_it(tmp
     shutil.rmtree(repo)  # not in the cache: refused, naming the model and where it was looked for
     line = _refused(capsys, tmp_path, step3, "--out", tmp_path / "b")
     assert f"its recorded base {NAME} " in line and str(hub) in line and f"hf download {NAME}" in line, line
+
+
+def test_a_hub_base_cached_at_another_revision_is_refused_naming_the_adapters_revision(tmp_path, capsys, monkeypatch):
+    """Adapters recorded with ``revision`` (PEFT loads the base at it) whose base the cache holds only at ``main``:
+    refused, and the fetch it advised was ``hf download <name>``, which fetches ``main`` again (the rerun was refused
+    the same way); it now names the revision, as ``hf download``'s own ``--revision`` takes it."""
+    from huggingface_hub import constants
+
+    base, step3 = tmp_path / "start", tmp_path / "run" / "step_3"  # JSON alone: refused before any weight is read
+    llama = {"model_type": "llama", "rope_theta": 10000.0, "max_position_embeddings": 512, "hidden_size": 64,
+             "num_attention_heads": 4}
+    (step3 / "adapter").mkdir(parents=True), base.mkdir()
+    (base / "config.json").write_text(json.dumps(llama)), (step3 / "config.json").write_text(json.dumps(llama))
+    (step3 / "adapter" / "adapter_config.json").write_text("{}")
+    hub = tmp_path / "hf_cache"
+    _cache(hub, base)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = json.loads((step3 / "adapter" / "adapter_config.json").read_text())
+    config.update(base_model_name_or_path=NAME, revision="v2")
+    (step3 / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    monkeypatch.chdir(step3)
+
+    line = _refused(capsys, tmp_path, step3, "--out", tmp_path / "b")
+    assert f"hf download {NAME} --revision v2 " in line and "'v2'" in line, line
+    assert not (tmp_path / "b").exists()

@@ -105,8 +105,8 @@ def _base(adapter: Path, given: Optional[str]) -> Path:
         raise ValueError(f"{adapter / PEFT_CONFIG} names no base_model_name_or_path: give --base <the folder the "
                          "adapters were trained on>")
     found = recorded_base_found(adapter, recorded) if recorded else None
-    hub = hub_cached_folder(recorded, (read_json(adapter / PEFT_CONFIG) or {}).get("revision")) \
-        if recorded and found is None else None
+    revision = (read_json(adapter / PEFT_CONFIG) or {}).get("revision")  # PEFT loads the base at it (None: main)
+    hub = hub_cached_folder(recorded, revision) if recorded and found is None else None
     at = found or hub or (Path(recorded).expanduser() if recorded else None)
     here = at is not None and (at / CONFIG_FILE).is_file()
     if given:
@@ -121,19 +121,21 @@ def _base(adapter: Path, given: Optional[str]) -> Path:
         return chosen
     if not here:
         raise FileNotFoundError(f"{adapter}: its recorded base {recorded_base_said(recorded, found)} is no checkpoint "
-                                f"folder here (no {CONFIG_FILE}){_nor_cached(recorded)}; put it back, or give --base "
-                                "<a copy of it>")
+                                f"folder here (no {CONFIG_FILE}){_nor_cached(recorded, revision)}; put it back, or "
+                                "give --base <a copy of it>")
     return at
 
 
-def _nor_cached(recorded: str) -> str:
-    """For a refusal of a recorded base that may name a hub model: where transformers would have looked for it."""
+def _nor_cached(recorded: str, revision: Optional[str] = None) -> str:
+    """For a refusal of a recorded base that may name a hub model: where transformers would have looked for it, at
+    the adapter's ``revision`` (the fetch it names gets that one: ``main`` cached does not serve it)."""
     if not hub_named(recorded):
         return ""
     from huggingface_hub import constants  # deferred: as in peft_fit, asked only of a hub-shaped record
 
-    return (f" nor a hub model the Hugging Face cache holds ({constants.HF_HUB_CACHE}; fetch it with hf download "
-            f"{recorded} where the hub can be reached)")
+    at, fetch = (f" at the adapter's revision {revision!r}", f" --revision {revision}") if revision else ("", "")
+    return (f" nor a hub model the Hugging Face cache holds{at} ({constants.HF_HUB_CACHE}; fetch it with hf download "
+            f"{recorded}{fetch} where the hub can be reached)")
 
 
 def write_base_folder(plan: BasePlan) -> str:
