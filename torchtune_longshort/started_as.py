@@ -56,14 +56,36 @@ def script_of(module: str) -> Optional[str]:
     return names[0] if names else None
 
 
+def _running() -> str:
+    """The module this process runs as ``__main__`` (started with ``-m``: its ``__spec__``'s name), else ""."""
+    return getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) or ""
+
+
+def _as_module(module: str) -> str:
+    """``python -m`` and the module that holds ``module``'s console-script function (its package for a ``__main__``)."""
+    return f"python -m {re.sub(r'[.]__main__$', '', module)}"
+
+
 def command_name(module: str) -> str:
     """The name a command's lines go by once it runs, ``module`` being the module that holds its console-script
     function (as the entry point names it): ``python -m <module>`` as typed (``sys.orig_argv``) when this process
     runs ``module``, or the package whose ``__main__`` calls it, as ``__main__``; else its console script's name
     (:func:`script_of`), as argparse takes ``prog`` from ``sys.argv[0]`` (an import by other code, a test's call).
     Not installed, and not run as ``-m``: ``python -m`` and the package holding ``module``."""
-    running = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) or ""
+    running = _running()
     package = re.sub(r"\.__main__$", "", running)
     if running and (running == module or (running != package and module.startswith(package + "."))):
         return _python_m()
-    return script_of(module) or f"python -m {re.sub(r'[.]__main__$', '', module)}"
+    return script_of(module) or _as_module(module)
+
+
+def advised_command(module: str) -> str:
+    """How a line advises running another of this project's commands, ``module`` holding that command's console-script
+    function (as for :func:`command_name`): the way this process was started, so that a user who typed ``python -m``
+    (whose PATH may hold no console script) is told ``python -m <its module>``, and a console script's user (or a
+    caller that is neither: ``tune run``, a test) that command's script (:func:`command_name`, which also answers
+    when the advised command is this one)."""
+    named = command_name(module)
+    if _running().split(".")[0] == PACKAGE and not named.startswith("python -m "):
+        return _as_module(module)
+    return named

@@ -31,7 +31,6 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from torchtune_longshort.eval.cli_argv import prog as eval_prog
 from torchtune_longshort.eval.peft_fit import (hub_named, is_recorded_base, recorded_base_arg, recorded_base_found,
                                               recorded_base_said, refuse_unfitting_adapter)
 from torchtune_longshort.eval.stale_tokenizer_json import warn_stale_tokenizer_json
@@ -39,7 +38,8 @@ from torchtune_longshort.eval.tasks.common.missing_tokenizer import hub_offline_
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE, readable_weights
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config
-from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, adapter_folder_hint, peft_base_out
+from torchtune_longshort.models.peft_adapter import (ADAPTER_DIR, LAYOUT_FILE, adapter_folder_hint,
+                                                    peft_base_command, peft_base_out)
 from torchtune_longshort.rope.checkpoint_code import UntrustedCheckpointCode
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def check_peft_args(pretrained: Optional[str], peft: str) -> None:
                f"cannot run its {method} RoPE, so --model hf loads neither it nor a base with its config.json)"
                if method else f"evaluate the step folder itself (pretrained={step}, the adapters merged), or give "
                f"pretrained= a folder holding the base's weights and the step's config.json, which "
-               f"{_peft_base()} {step} --out {peft_base_out(step)} writes")
+               f"{peft_base_command()} {step} --out {peft_base_out(step)} writes")
         raise ValueError(f"{where} with pretrained={pretrained}: the run trained these adapters with RoPE "
                          f"{_said(ours)} ({step / CONFIG_FILE}), and pretrained= loads with {_said(theirs)}, another "
                          f"model; {fix}")
@@ -152,7 +152,7 @@ def _base_way(recorded: str, found: Optional[Path], adapter: Path) -> str:
     if ours is None or theirs is None or ours == theirs:
         return f"pretrained={arg},peft={adapter}"
     out = peft_base_out(adapter.parent)
-    return (f"pretrained={out},peft={adapter}, after {_peft_base()} {adapter.parent} --out {out} writes that "
+    return (f"pretrained={out},peft={adapter}, after {peft_base_command()} {adapter.parent} --out {out} writes that "
             f"folder of the weights of {arg} and {step_config}: {arg} as it is loads with RoPE {_said(theirs)}, the "
             f"run trained with {_said(ours)}")
 
@@ -247,13 +247,6 @@ def refuse_unanswered_online(name: str, model: str, config: str, revision: Optio
         raise FileNotFoundError(f"{start} cannot be reached ({said}): --model {model} needs a checkpoint folder (give "
                                 "its path), or run again once the hub is reachable (or, with the model cached, with "
                                 "HF_HUB_OFFLINE=1)") from None
-
-
-def _peft_base() -> str:
-    """The ``peft-base`` command a refusal advises, named as this command was started (``python -m
-    torchtune_longshort.eval peft-base`` under ``-m``: a ``longshort-eval`` may not be on the PATH), as its --help
-    does."""
-    return f"{eval_prog()} peft-base"
 
 
 def _json(path: Path) -> Optional[Dict[str, Any]]:

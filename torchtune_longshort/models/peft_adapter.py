@@ -32,13 +32,12 @@ import torch
 from torchtune_longshort.models.families import ModelFamily, family_of
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config, saved_hf_config
 from torchtune_longshort.output_guard import plain_file_mode
+from torchtune_longshort.started_as import advised_command
 
 ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
 WEIGHTS_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 LAYOUT_FILE = "longshort_adapter.json"
-# the command that writes the base folder --model hf needs for a step's adapters (eval/peft_base.py)
-PEFT_BASE_COMMAND = "longshort-eval peft-base"
 PEFT_PREFIX = "base_model.model."
 _LORA_A, _LORA_B = ".lora_a.weight", ".lora_b.weight"
 
@@ -225,8 +224,15 @@ def _scaling_said(base_config: Dict[str, Any]) -> str:
     return ", ".join(f"{k} {base_config.get(k)}" for k in ("rope_theta", "max_position_embeddings"))
 
 
+def peft_base_command() -> str:
+    """The command that writes the base folder --model hf needs for a step's adapters (eval/peft_base.py), named as
+    this process was started (:func:`~torchtune_longshort.started_as.advised_command`: ``python -m
+    torchtune_longshort.eval peft-base`` under ``python -m``, else ``longshort-eval peft-base``)."""
+    return f"{advised_command('torchtune_longshort.eval.__main__')} peft-base"
+
+
 def peft_base_out(step: Path) -> Path:
-    """The ``--out`` a message advises for :data:`PEFT_BASE_COMMAND` on ``step``: beside the run
+    """The ``--out`` a message advises for :func:`peft_base_command` on ``step``: beside the run
     (``run_step_3_base``), not inside it, where the run's own folder rules would meet a folder they did not write."""
     return Path(f"{step.parent}_{step.name}_base")
 
@@ -254,7 +260,7 @@ def base_config_note(step_dir: Optional[Path]) -> str:
                 f"evaluate or serve the merged {step_dir} itself")
     out = peft_base_out(Path(step_dir))
     return (f"\n[longshort] adapter:    {adapter} trained on {base} with the RoPE of {Path(step_dir) / 'config.json'} "
-            f"({scaling}), which an adapter cannot carry: {PEFT_BASE_COMMAND} {step_dir} --out {out} writes the base "
+            f"({scaling}), which an adapter cannot carry: {peft_base_command()} {step_dir} --out {out} writes the base "
             f"lm-eval's --model hf needs (pretrained={out},peft={adapter}); in Python, AutoModelForCausalLM."
             f"from_pretrained({str(base)!r}, config=AutoConfig.from_pretrained({str(step_dir)!r})), then "
             f"PeftModel.from_pretrained(base, {str(adapter)!r}); or use the merged {step_dir} itself")

@@ -1,0 +1,56 @@
+"""Advice that tells the user to run another of this project's commands named it by its console script whichever
+way the user had started the command that printed it: under `python -m torchtune_longshort.eval run --model hf
+--model_args pretrained=BASE,peft=run/step_3/adapter` the way on was "after longshort-eval peft-base ...", a script
+a `python -m` user may not have on the PATH. Advice now names the advised command as this process was started
+(started_as.advised_command): `python -m <its module>` under `python -m`, its console script otherwise (tune run, a
+test's call). References: the command line the test types, and the installed entry points (importlib.metadata)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from importlib import metadata
+from importlib.machinery import ModuleSpec
+
+import pytest
+
+from torchtune_longshort.eval.other_model_args import check_peft_args
+
+EVAL = "torchtune_longshort.eval"
+
+
+def _started(monkeypatch, typed, spec) -> None:
+    """This process as `python -m <typed>` (Python runs <spec> as __main__), or as a console script (typed None)."""
+    if typed:
+        monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", typed], raising=False)
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=spec and ModuleSpec(spec, None)))
+
+
+def _script(module: str) -> str:
+    (ep,) = [ep for ep in metadata.entry_points(group="console_scripts") if ep.module == module]
+    return ep.name
+
+
+def _rope_changed_step(tmp_path):
+    """A base and a LoRA run's step_3 whose config.json changed the RoPE: --model hf needs the peft-base folder."""
+    base, step = tmp_path / "base", tmp_path / "run" / "step_3"
+    (step / "adapter").mkdir(parents=True)
+    base.mkdir()
+    config = {"model_type": "llama", "rope_theta": 10000.0, "max_position_embeddings": 64}
+    (base / "config.json").write_text(json.dumps(config))
+    (step / "config.json").write_text(json.dumps({**config, "rope_theta": 40000.0}))
+    (step / "adapter" / "longshort_adapter.json").write_text(json.dumps({"rank": 4, "base_quantization": None}))
+    return base, step
+
+
+@pytest.mark.parametrize("typed, spec", [(EVAL, f"{EVAL}.__main__"),  # python -m torchtune_longshort.eval run ...
+                                         ("torchtune_longshort.study", "torchtune_longshort.study.__main__"),
+                                         (None, None)])  # longshort-eval run ... (its script: no __spec__)
+def test_the_peft_base_way_on_names_the_command_as_started(tmp_path, monkeypatch, typed, spec):
+    base, step = _rope_changed_step(tmp_path)
+    _started(monkeypatch, typed, spec)
+    with pytest.raises(ValueError) as e:
+        check_peft_args(str(base), str(step / "adapter"))
+    said = f"python -m {EVAL}" if typed else _script(f"{EVAL}.__main__")
+    assert f", which {said} peft-base {step} --out " in str(e.value), str(e.value)
