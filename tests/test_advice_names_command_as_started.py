@@ -54,3 +54,23 @@ def test_the_peft_base_way_on_names_the_command_as_started(tmp_path, monkeypatch
         check_peft_args(str(base), str(step / "adapter"))
     said = f"python -m {EVAL}" if typed else _script(f"{EVAL}.__main__")
     assert f", which {said} peft-base {step} --out " in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("typed, spec", [(EVAL, f"{EVAL}.__main__"), (None, None)])
+def test_peft_bases_refusal_of_a_rope_transformers_cannot_run_names_the_command_as_started(tmp_path, monkeypatch,
+                                                                                           typed, spec):
+    """`python -m torchtune_longshort.eval peft-base run/step_3 --out o` on a CLEX step said "evaluate the merged step
+    with longshort-eval run --model longshort ..."."""
+    from torchtune_longshort.eval.peft_base import plan_base_folder
+    from torchtune_longshort.models.hf_rope import not_representable_rope_type
+
+    step = tmp_path / "run" / "step_3"
+    (step / "adapter").mkdir(parents=True)
+    (step / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "base"}))
+    rope_type = not_representable_rope_type("clex")
+    (step / "config.json").write_text(json.dumps({"model_type": "llama", "rope_scaling": {"rope_type": rope_type}}))
+    _started(monkeypatch, typed, spec)
+    with pytest.raises(ValueError) as e:
+        plan_base_folder(str(step), str(tmp_path / "o"))
+    said = f"python -m {EVAL}" if typed else _script(f"{EVAL}.__main__")
+    assert f"evaluate the merged step with {said} run --model longshort --model_args pretrained={step}" in str(e.value)

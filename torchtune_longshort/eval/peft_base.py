@@ -82,7 +82,7 @@ def plan_base_folder(given: str, out: str, base: Optional[str] = None) -> BasePl
     method = not_representable_method(read_hf_config(step, field="step"))
     if method:
         raise ValueError(f"{step / CONFIG_FILE}: the run's {method} RoPE is one transformers cannot run, so --model hf "
-                         f"loads no base with it: evaluate the merged step with longshort-eval run --model longshort "
+                         f"loads no base with it: evaluate the merged step with {eval_prog()} run --model longshort "
                          f"--model_args pretrained={step}")
     base_dir = _base(adapter, base)
     weights = check_checkpoint_folder(base_dir)  # refuses, naming it, a folder whose weights are missing or torn
