@@ -74,3 +74,16 @@ def test_peft_bases_refusal_of_a_rope_transformers_cannot_run_names_the_command_
         plan_base_folder(str(step), str(tmp_path / "o"))
     said = f"python -m {EVAL}" if typed else _script(f"{EVAL}.__main__")
     assert f"evaluate the merged step with {said} run --model longshort --model_args pretrained={step}" in str(e.value)
+
+
+
+@pytest.mark.parametrize("typed", ["torchtune_longshort.study", "torchtune_longshort.study.table1", None])
+def test_the_config_list_the_study_commands_help_names_is_the_command_as_started(monkeypatch, typed):
+    """`python -m torchtune_longshort.study --help` (a command with no console script; Table 1 and the figures alike)
+    told its --config's shipped names by "`longshort-cp --list`", a script a `python -m` user may not have on the PATH.
+    Their --help builds the name with list_command (a --help run imports torch: 13 s here, walked by hand)."""
+    from torchtune_longshort.configs_cli import list_command
+
+    _started(monkeypatch, typed, typed and f"{typed}.__main__")
+    (cp,) = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == "longshort-cp"]
+    assert list_command() == (f"python -m {cp.module} --list" if typed else "longshort-cp --list")

@@ -26,7 +26,7 @@ from typing import List, Optional
 
 from torchtune_longshort.output_guard import atomic_copy
 from torchtune_longshort.refusals import ArgumentParser, quiet_when_the_reader_leaves, user_path
-from torchtune_longshort.started_as import command_name
+from torchtune_longshort.started_as import advised_command, command_name
 
 # The repository's configs/ beside the package's source folder: what torchtune_longshort.configs is installed from.
 SOURCE_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -35,6 +35,13 @@ MAIN_CONFIG = "tiny/longshort_stdlib.yaml"
 # longshort-cp's module form, which a refusal names beside the script where its hint is a command to run: a
 # `pip install --target DIR` install (PYTHONPATH=DIR) puts no console script on PATH (README names both forms)
 CP_MODULE = "python -m torchtune_longshort.configs_cli"
+
+
+def list_command() -> str:
+    """``longshort-cp --list`` as another command's help names it, the way this process was started
+    (:func:`~torchtune_longshort.started_as.advised_command`): ``python -m torchtune_longshort.configs_cli --list``
+    under ``python -m`` (the study, Table 1, the figures), else the console script's."""
+    return f"{advised_command(CP_MODULE.removeprefix('python -m '))} --list"
 
 
 def configs_root():

@@ -30,7 +30,7 @@ PROG = "python -m torchtune_longshort.study"
 with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
     from torchtune_longshort._quiet import quiet_upstream
     from torchtune_longshort.config.values import check_creatable
-    from torchtune_longshort.configs_cli import resolve_config
+    from torchtune_longshort.configs_cli import list_command, resolve_config
     from torchtune_longshort.disk_space import is_out_of_space
     from torchtune_longshort.plots.available import matplotlib_problem
     from torchtune_longshort.study.base_config import pypi_paths_only
@@ -55,7 +55,7 @@ UNFINISHED = ("interrupted", "not run")
 def _parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True,
-                   help="study YAML: a file, or a shipped one by its `longshort-cp --list` name (study/cpu_small.yaml)")
+                   help=f"study YAML: a file, or a shipped one by its `{list_command()}` name (study/cpu_small.yaml)")
     p.add_argument("--quick", action="store_true", help="merge the config's `quick` section (minutes, for tests)")
     p.add_argument("--out", default=None, type=user_path, help="output folder (default: the config's output_dir, under "
                    "--repo-root)")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from torchtune_longshort._quiet import quiet_upstream
-from torchtune_longshort.configs_cli import resolve_config
+from torchtune_longshort.configs_cli import list_command, resolve_config
 from torchtune_longshort.output_guard import read_json, save_figure
 from torchtune_longshort.plots.axes import (LENGTH_LABEL, MISSING_GID, POSITION_LABEL, count_axis, length_axis,
                                             mark_quick, note_missing, position_axis, series_style, value_axis)
@@ -336,7 +336,7 @@ def main(argv=None) -> int:
     prog = "python -m torchtune_longshort.study.figures"
     p = ArgumentParser(prog=prog, description="Redraw a study report's figures from the run records in its folder.")
     p.add_argument("--config", required=True, help="the study YAML the report was made with: a file, or a shipped "
-                   "one by its `longshort-cp --list` name (study/cpu_small.yaml), as the study command takes it")
+                   f"one by its `{list_command()}` name (study/cpu_small.yaml), as the study command takes it")
     p.add_argument("--report", required=True, type=user_path,
                    help="the report folder (report.md, runs/<key>/result.json)")
     p.add_argument("--quick", action="store_true", help="the report is of the config's --quick variant")

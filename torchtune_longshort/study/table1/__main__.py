@@ -26,7 +26,7 @@ PROG = "python -m torchtune_longshort.study.table1"
 with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported (seconds): one line, exit 130
     from torchtune_longshort._quiet import quiet_upstream
     from torchtune_longshort.config.values import check_creatable
-    from torchtune_longshort.configs_cli import resolve_config
+    from torchtune_longshort.configs_cli import list_command, resolve_config
     from torchtune_longshort.plots.available import matplotlib_problem
     from torchtune_longshort.study.base_config import pypi_paths_only
     from torchtune_longshort.study.stop import stop_handlers
@@ -40,8 +40,8 @@ OUT_FIELD = "--out (or the config's output_dir)"  # as the runner's refusals nam
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True, help="Table-1 YAML: a file, or a shipped one by its `longshort-cp "
-                   "--list` name (study/table1_smollm2.yaml)")
+    p.add_argument("--config", required=True, help=f"Table-1 YAML: a file, or a shipped one by its "
+                   f"`{list_command()}` name (study/table1_smollm2.yaml)")
     p.add_argument("--quick", action="store_true", help="merge the config's `quick` section (a smoke run)")
     p.add_argument("--out", default=None, type=user_path, help="output folder (default: the config's output_dir, under "
                    "--repo-root)")
