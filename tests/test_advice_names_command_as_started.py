@@ -87,3 +87,18 @@ def test_the_config_list_the_study_commands_help_names_is_the_command_as_started
     _started(monkeypatch, typed, typed and f"{typed}.__main__")
     (cp,) = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == "longshort-cp"]
     assert list_command() == (f"python -m {cp.module} --list" if typed else "longshort-cp --list")
+
+
+@pytest.mark.parametrize("typed", ["torchtune_longshort.training.recipe_config.validate", None])
+def test_longshort_validates_help_names_the_config_list_as_started(monkeypatch, capsys, typed):
+    """`python -m torchtune_longshort.training.recipe_config.validate --help` said "a shipped config (longshort-cp
+    --list)", a script a `python -m` user may not have on the PATH."""
+    from torchtune_longshort.training.recipe_config import validate
+
+    _started(monkeypatch, typed, typed)
+    with pytest.raises(SystemExit) as e:
+        validate.main(["--help"])
+    assert e.value.code == 0
+    (cp,) = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == "longshort-cp"]
+    said = f"python -m {cp.module} --list" if typed else f"{cp.name} --list"
+    assert f"a shipped config ({said})" in " ".join(capsys.readouterr().out.split())

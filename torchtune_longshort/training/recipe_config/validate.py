@@ -28,7 +28,7 @@ from torchtune_longshort.started_as import command_name
 
 with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while torch is imported: one line, exit 130
     from torchtune_longshort._quiet import quiet_upstream
-    from torchtune_longshort.configs_cli import CP_MODULE, MAIN_CONFIG, nearest_shipped, resolve_config
+    from torchtune_longshort.configs_cli import CP_MODULE, MAIN_CONFIG, list_command, nearest_shipped, resolve_config
     from torchtune_longshort.launcher import launched_world_size
     from torchtune_longshort.devices import cpu_oversubscribed
     from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
         f"{prog} llama2_7b/eabf_8k_redpajama_book.yaml checkpoint_dir=/models/Llama-2-7b-hf --nproc_per_node 8",
         f"{prog} run.yaml checkpointer.trust_remote_code=true   # import the code of one's own a start folder's "
         "config.json names (longshort_family, longshort_rope.method; refused without it)"])
-    ap.add_argument("config", help="recipe YAML: a file, or a shipped config (longshort-cp --list)")
+    ap.add_argument("config", help=f"recipe YAML: a file, or a shipped config ({list_command()})")
     ap.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="overrides, as tune run takes them")
     ap.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=None, metavar="N",
                     help="check it as `tune run --nproc_per_node N` runs it: the batch split over N processes, "
