@@ -102,3 +102,19 @@ def test_longshort_validates_help_names_the_config_list_as_started(monkeypatch, 
     (cp,) = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == "longshort-cp"]
     said = f"python -m {cp.module} --list" if typed else f"{cp.name} --list"
     assert f"a shipped config ({said})" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("typed", ["torchtune_longshort.models.gguf", None])
+def test_the_gguf_conversions_lines_name_longshort_eval_as_started(tmp_path, monkeypatch, capsys, typed):
+    """`python -m torchtune_longshort.models.gguf --gguf <a Hugging Face folder>` (a command with no console script)
+    said "pass it as checkpoint_dir= (the recipe) or pretrained= (longshort-eval)", and its note on a model of no family
+    "the converted folder serves longshort-eval --model hf": a script a `python -m` user may not have on the PATH."""
+    from torchtune_longshort.models.gguf import _note_family
+    from torchtune_longshort.models.gguf_checks import hf_folder_hint
+
+    (tmp_path / "config.json").write_text("{}")
+    _started(monkeypatch, typed, typed)
+    said = f"python -m {EVAL}" if typed else _script(f"{EVAL}.__main__")
+    assert hf_folder_hint(tmp_path).endswith(f"or pretrained= ({said})")
+    _note_family({"model_type": "no_such_family"}, tmp_path / "g.gguf")
+    assert f"-- the converted folder serves {said} --model hf, not the recipe" in capsys.readouterr().err

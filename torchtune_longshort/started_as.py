@@ -14,6 +14,7 @@ from importlib import metadata
 from typing import Optional
 
 PACKAGE = "torchtune_longshort"
+EVAL_MAIN = f"{PACKAGE}.eval.__main__"  # longshort-eval's function's module, which lines advising it name
 # `-m mod`, `-mmod`, or flags without arguments before it (`-Bm mod`), as Python's own option parser reads them
 _DASH_M = re.compile(r"-[bBdEhiIOPqsSuvx]*m(.*)")
 

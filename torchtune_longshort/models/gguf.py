@@ -42,6 +42,7 @@ from torchtune_longshort.made_folders import (folder_beside, missing_root, named
                                               remove_made_folders)
 from torchtune_longshort.output_guard import check_output_folder, plain_file_mode, read_json
 from torchtune_longshort.refusals import ArgumentParser, Refusal, refusing, stoppable, user_path
+from torchtune_longshort.started_as import EVAL_MAIN, advised_command
 from torchtune_longshort.temporary_files import ABANDONED_AFTER_S
 
 PathLike = Union[str, Path]
@@ -198,8 +199,8 @@ def _note_family(config: dict, gguf: Path) -> None:
     try:
         family_of(config, f"--gguf {str(gguf)!r}")
     except UnsupportedModelError as e:
-        print(f"note: {e} -- the converted folder serves longshort-eval --model hf, not the recipe or --model "
-              "longshort", file=sys.stderr, flush=True)
+        print(f"note: {e} -- the converted folder serves {advised_command(EVAL_MAIN)} --model hf, not the recipe or "
+              "--model longshort", file=sys.stderr, flush=True)
 
 
 def pypi_model_dir(name: str, root: Optional[PathLike] = None) -> Path:

@@ -7,6 +7,8 @@ import logging
 import re
 from pathlib import Path
 
+from torchtune_longshort.started_as import EVAL_MAIN, advised_command
+
 UPGRADE = "pip install -U gguf, or convert another quantization of the model (F16, BF16, Q8_0, the Q*_K ones)"
 
 
@@ -16,7 +18,7 @@ def hf_folder_hint(path: Path) -> str:
     folder = path if path.is_dir() else path.parent
     if (folder / "config.json").is_file():
         return (f": {str(folder)!r} is a Hugging Face checkpoint folder (config.json), which needs no conversion: pass "
-                "it as checkpoint_dir= (the recipe) or pretrained= (longshort-eval)")
+                f"it as checkpoint_dir= (the recipe) or pretrained= ({advised_command(EVAL_MAIN)})")
     found = sorted(p.name for p in folder.glob("*.gguf")) if path.is_dir() else []
     return f": name a GGUF file in it ({', '.join(found[:3])})" if found else ""
 

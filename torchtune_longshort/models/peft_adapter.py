@@ -32,7 +32,7 @@ import torch
 from torchtune_longshort.models.families import ModelFamily, family_of
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config, saved_hf_config
 from torchtune_longshort.output_guard import plain_file_mode
-from torchtune_longshort.started_as import advised_command
+from torchtune_longshort.started_as import EVAL_MAIN, advised_command
 
 ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -228,7 +228,7 @@ def peft_base_command() -> str:
     """The command that writes the base folder --model hf needs for a step's adapters (eval/peft_base.py), named as
     this process was started (:func:`~torchtune_longshort.started_as.advised_command`: ``python -m
     torchtune_longshort.eval peft-base`` under ``python -m``, else ``longshort-eval peft-base``)."""
-    return f"{advised_command('torchtune_longshort.eval.__main__')} peft-base"
+    return f"{advised_command(EVAL_MAIN)} peft-base"
 
 
 def peft_base_out(step: Path) -> Path:
