@@ -118,3 +118,23 @@ def test_the_gguf_conversions_lines_name_longshort_eval_as_started(tmp_path, mon
     assert hf_folder_hint(tmp_path).endswith(f"or pretrained= ({said})")
     _note_family({"model_type": "no_such_family"}, tmp_path / "g.gguf")
     assert f"-- the converted folder serves {said} --model hf, not the recipe" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("typed", [EVAL, None])
+def test_longshort_evals_reasons_naming_the_longshort_model_name_the_command_as_started(tmp_path, monkeypatch, typed):
+    """`python -m torchtune_longshort.eval run --model hf ...` refused a request past the model's positions, or a task
+    that needs the longshort model, with "... or longshort-eval --model longshort ..." / "Run it with longshort-eval
+    run --model longshort ...": a script a `python -m` user may not have on the PATH."""
+    from torchtune_longshort.eval.model.limits import RequestLimits
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError, check_fits_model, needs_longshort
+
+    _started(monkeypatch, typed, typed and f"{typed}.__main__")
+    said = f"python -m {EVAL}" if typed else _script(f"{EVAL}.__main__")
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 256}))
+    with pytest.raises(TaskDataError) as e:
+        check_fits_model(512, {"lm_eval_model": "hf", "pretrained": str(tmp_path)})
+    assert str(e.value).endswith(f", or {said} --model longshort with rope=<method>,rope_factor=<f>"), str(e.value)
+    told = needs_longshort("longshort_misalignment", {"lm_eval_model": "hf"}, "its divergences")
+    assert f"Run it with {said} run --model longshort --model_args pretrained=<checkpoint> ..." in told, told
+    limits = RequestLimits(model="hf", max_length=8, usable_length=8)
+    assert limits._no_room_reason(8).endswith(f"or {said} --model longshort with rope=<method>,rope_factor=<f>")

@@ -23,6 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from torchtune_longshort.started_as import EVAL_MAIN, advised_command
+
 logger = logging.getLogger(__name__)
 
 TRUNCATION_SIDES = ("left", "middle")
@@ -174,7 +176,7 @@ class RequestLimits:
     def _fix(self) -> str:
         if self.model == "longshort":
             return "raise max_length (with rope=<method>,rope_factor=<f> past the trained positions)"
-        return ("use a model with more positions, or longshort-eval --model longshort with "
+        return (f"use a model with more positions, or {advised_command(EVAL_MAIN)} --model longshort with "
                 "rope=<method>,rope_factor=<f>")
 
     def _no_room_reason(self, max_gen: int) -> str:

@@ -37,6 +37,7 @@ from torchtune_longshort.data.data_files import cache_problem
 from torchtune_longshort.data.hf_loading import offline_variable
 from torchtune_longshort.data.text_files import DataSourceError
 from torchtune_longshort.eval.console_log import ALIKE_ON_EVERY_RANK
+from torchtune_longshort.started_as import EVAL_MAIN, advised_command
 
 logger = logging.getLogger(__name__)
 
@@ -307,7 +308,7 @@ def needs_longshort(task: str, metadata: Mapping[str, Any], why: str) -> Optiona
     if model is None or model == LONGSHORT_MODEL:
         return None
     return (f"needs --model longshort ({why}); this run uses {model_text(model)}. Run it with "
-            "longshort-eval run --model longshort --model_args pretrained=<checkpoint> ... "
+            f"{advised_command(EVAL_MAIN)} run --model longshort --model_args pretrained=<checkpoint> ... "
             "(stock lm-eval has no longshort model)")
 
 
@@ -359,7 +360,7 @@ def check_fits_model(n_tokens: int, metadata: Mapping[str, Any]) -> None:
     raise TaskDataError(
         f"its requests need {n_tokens} tokens but {model_text(model_of(metadata))} runs at most {limit} "
         f"({source}) and would cut them from the left: refused. Use a model with more positions{more}, or "
-        f"longshort-eval --model longshort {_longshort_way(metadata)}"
+        f"{advised_command(EVAL_MAIN)} --model longshort {_longshort_way(metadata)}"
     )
 
 
