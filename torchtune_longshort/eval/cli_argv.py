@@ -12,12 +12,12 @@ import os
 from argparse import _SubParsersAction
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from torchtune_longshort.started_as import command_name
+from torchtune_longshort.started_as import EVAL_MAIN, command_name
 
 def prog() -> str:
     """``longshort-eval``'s name in its lines: as it was started (:func:`~torchtune_longshort.started_as.command_name`:
     ``python -m torchtune_longshort.eval`` as typed, else the console script's name)."""
-    return command_name("torchtune_longshort.eval.__main__")
+    return command_name(EVAL_MAIN)
 
 
 def stock_lm_eval() -> str:
