@@ -11,7 +11,8 @@ Why each one says nothing to the user:
 - torchao "Skipping import of cpp extensions ...": torchtune imports torchao, whose C++ kernels do not match the
   installed torch; no code path of this project uses them.
 - lm-eval "<task>: Custom kwargs can be passed to `--metadata` ...": printed for every task built by a
-  ``custom_dataset`` function, i.e. every task of this pack, whether or not kwargs were given.
+  ``custom_dataset`` function, i.e. every task of this pack, whether or not kwargs were given. Not an entry point's
+  filter: the pack's task class drops it around its own ``download`` (:func:`dropping`), under stock ``lm-eval`` too.
 - lm-eval "[<task>] Metrics were not scored on the same number of documents ...": the pack's per-depth and
   per-length metrics (``acc_depth_<d>``, ``acc_<len>_d<depth>``, ``score_<bucket>``) are by design means over the
   documents of that depth / length / bucket; the size-weighting it warns about is not used by the pack's groups
@@ -38,12 +39,13 @@ still appears in the recipe's own output; in the eval, study and metric entry po
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import subprocess
 import warnings
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from torchtune_longshort.pack_prefix import PREFIX
 
@@ -53,7 +55,6 @@ _PACK_TASK = rf"(?:{re.escape(PREFIX)}[\w-]+)"
 # logger name -> [(level, message pattern)]; a record is dropped only when its logger, level and message all match.
 LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
     "torchao": [(logging.WARNING, r"^Skipping import of cpp extensions")],
-    "lm_eval.api.task": [(logging.WARNING, rf"^{_PACK_TASK}: Custom kwargs can be passed to `--metadata`")],
     "lm_eval.evaluator_utils": [
         (logging.WARNING, rf"^\[{_PACK_TASK}\] Metrics were not scored on the same number of documents")
     ],
@@ -84,6 +85,18 @@ class DropMessages(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
         return not any(record.levelno == level and p.search(msg) for level, p in self.rules)
+
+
+@contextlib.contextmanager
+def dropping(name: str, rules: List[Tuple[int, str]]) -> Iterator[None]:
+    """Drop the records of logger ``name`` that match ``rules`` (as :class:`DropMessages`) while the block runs:
+    for a library call whose line is known noise wherever it runs, not for an entry point's whole process."""
+    f = DropMessages(rules)
+    logging.getLogger(name).addFilter(f)
+    try:
+        yield
+    finally:
+        logging.getLogger(name).removeFilter(f)
 
 
 _installed = False

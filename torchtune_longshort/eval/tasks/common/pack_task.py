@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import re
 import sys
 import weakref
 from pathlib import Path
@@ -44,6 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
+from torchtune_longshort._quiet import dropping
 from torchtune_longshort.eval.console_log import ALIKE_ON_EVERY_RANK, follow_lm_eval_logging
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
 from torchtune_longshort.eval.tasks import (
@@ -158,7 +160,10 @@ class PackTask(ConfigurableTask):
         return max(bases, key=len) if bases else None
 
     def download(self, dataset_kwargs: Optional[Dict[str, Any]] = None, **kwargs: Any) -> None:
-        with _running(self.config.task):  # the rows' reasons name this task (running_task)
+        # lm-eval hints "<task>: Custom kwargs can be passed to `--metadata` ..." at every custom_dataset task's
+        # download, --metadata given or not; this task reads it, and its YAML and the README name its keys
+        hint = [(logging.WARNING, rf"^{re.escape(str(self.config.task))}: Custom kwargs can be passed to `--metadata`")]
+        with _running(self.config.task), dropping("lm_eval.api.task", hint):  # reasons name this task (running_task)
             super().download(dataset_kwargs, **kwargs)
 
     def process_results(self, doc: Dict[str, Any], results: Any) -> Dict[str, Any]:
