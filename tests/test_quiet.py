@@ -56,6 +56,29 @@ def test_fuzzywuzzy_warning_filtered_by_category_and_module():
     assert [str(w.message) for w in caught] == ["Using slow pure-python SequenceMatcher."]
 
 
+def test_transformers_deprecated_property_peft_reads_warns_nothing():
+    # `--model hf --model_args pretrained=...,peft=<adapter>`: peft's PeftModel reads transformers' deprecated
+    # `is_gradient_checkpointing` of the model it wraps (peft_model.py), and transformers says so (FutureWarning) to a
+    # user whose command has no such call; the reference: the same read without the filter warns
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2))
+
+    def read(filtered):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if filtered:
+                filter_warnings()
+            assert getattr(model, "is_gradient_checkpointing", True) is False  # as peft reads it
+            warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed", FutureWarning)  # not
+        return [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)]  # transformers'
+
+    unfiltered = read(False)
+    assert len(unfiltered) == 2 and unfiltered[0].startswith("`is_gradient_checkpointing` is deprecated and will be")
+    assert read(True) == ["`is_gradient_checkpointing` is deprecated and will be removed"]  # this module's stays
+
+
 _EVAL = ["run", "--model", "longshort", "--device", "cpu", "--tasks", "longshort_ppl,longshort_passkey", "--metadata",
          '{"ppl_source": "stdlib", "ppl_num_samples": 1, "passkey_num_samples": 1, "ppl_max_seq_lengths": [128], '
          '"passkey_max_seq_lengths": [256]}']

@@ -22,6 +22,9 @@ Why each one says nothing to the user:
   pack's groups and that metric only: the same warning for a real score (``acc``, ``score``) still shows, and the
   reports mark such partial group scores (``value (k/n tasks)``).
 - fuzzywuzzy "Using slow pure-python SequenceMatcher": a speed hint from a LongBench metric's dependency.
+- transformers "`is_gradient_checkpointing` is deprecated and will be removed in v6 ...": peft's ``PeftModel`` reads
+  that property of the model it wraps (``--model hf --model_args ...,peft=<adapter>``); no code of the user's or the
+  project's does.
 - torchtune "Saving final epoch checkpoint.": its checkpointer says this at every save the recipe makes (the recipe
   saves by step, not by epoch); the recipe prints its own line naming the step and folder.
 - matplotlib "mkdir -p failed for path ~/.config/matplotlib ...", "... is not a writable directory" and "Matplotlib
@@ -72,6 +75,7 @@ LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
 # (message pattern, category, module pattern) for warnings.filterwarnings
 WARNING_FILTERS: List[Tuple[str, type, str]] = [
     (r"Using slow pure-python SequenceMatcher", UserWarning, r"fuzzywuzzy(\..*)?$"),
+    (r"`is_gradient_checkpointing` is deprecated and will be removed", FutureWarning, r"transformers\.modeling_utils$"),
 ]
 
 
