@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from disk_full import needs_unshare, on_small_disk
+from disk_full import REPO, needs_unshare, on_small_disk
 
 pytest.importorskip("gguf")
 
@@ -51,3 +51,52 @@ def test_a_file_the_disk_had_no_room_for_is_named_under_out_not_in_the_folder_as
     written = re.search(r"no space left on the disk writing (\S+) \(", line)
     assert written and Path(written[1]).parent == out, line
     assert ".conv.converting_" not in line and f"[Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}" in line, line
+
+
+FILLED_AS_IT_WRITES = r"""
+import json, os, sys
+from pathlib import Path
+from torchtune_longshort.models import gguf as conversion
+
+gguf, disk = map(Path, sys.argv[1:3])
+named_in_place, seen = conversion.named_in_place, {}
+
+def free():
+    st = os.statvfs(disk)
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+def at_the_failure(error, aside, target):  # called as the failed write is handled, its bytes still in place
+    seen["at_failure"] = free()[0]
+    return named_in_place(error, aside, target)
+
+conversion.named_in_place = at_the_failure
+try:
+    conversion.main(["--gguf", str(gguf), "--out", str(disk / "conv")])
+except SystemExit as e:
+    seen["rc"] = e.code
+seen["after"], seen["total"] = free()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter converts in the namespace: about 10 s
+@needs_unshare
+def test_a_full_disk_is_told_with_the_room_the_write_found_not_the_room_its_cleanup_left(tmp_path, sp_tokenizer_dir):
+    """A 64 KiB tmpfs that passes the room check (the walk's) but fills as the folder is written: the line said
+    "(64 KiB free of 64 KiB ...)", the room after the folder aside was removed. Reference: the tmpfs's own
+    ``statvfs`` at the failure."""
+    import json
+    import sys
+
+    from torchtune_longshort.disk_space import size_text
+
+    gguf = sentencepiece_gguf(tmp_path / "m.gguf", (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes())
+    script, disk = tmp_path / "filled.py", tmp_path / "disk"
+    script.write_text(FILLED_AS_IT_WRITES)
+    p = on_small_disk(disk, "64k", f"{sys.executable} {script} {gguf} {disk}", PYTHONPATH=REPO)
+    seen = json.loads(p.stdout.strip().splitlines()[-1])
+    assert seen.get("rc") == 2 and "at_failure" in seen, p.stdout + p.stderr[-3000:]
+    assert seen["after"] > seen["at_failure"], seen  # the cleanup gave back room the failed write did not have
+    line = p.stderr.strip().splitlines()[-1]
+    room = f"{size_text(seen['at_failure'])} free of {size_text(seen['total'])} on {disk} when the write failed"
+    assert f"no space left on the disk writing {disk / 'conv'} ({room}): [Errno 28] " in line, line

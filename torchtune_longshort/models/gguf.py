@@ -32,7 +32,7 @@ from typing import List, Optional, Tuple, Union
 
 from torchtune_longshort.config.inside_input import refuse_inside_model
 from torchtune_longshort.config.values import check_creatable
-from torchtune_longshort.disk_space import check_room, naming
+from torchtune_longshort.disk_space import check_room, naming, note_room
 from torchtune_longshort.home_folder import home_folder
 from torchtune_longshort.models.families import UnsupportedModelError, family_of
 from torchtune_longshort.models.gguf_cache import cache_dir, cache_field, lock_beside, waited_for
@@ -182,6 +182,7 @@ def convert_gguf(gguf: PathLike, out_dir: PathLike, dtype: str = "float32",
                                                                   "dtype": dtype, "files": files}) + "\n")
                 except OSError as e:  # a file named as it would have been under out_dir: the folder aside goes
                     shown = named_in_place(e, tmp, out_dir)
+                    note_room(shown, tmp)  # the room the write found, before the cleanup below frees what it took
                     if shown is e:
                         raise
                     raise shown from e
