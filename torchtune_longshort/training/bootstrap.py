@@ -24,6 +24,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from torchtune_longshort.data.stdlib_corpus import stdlib_document, stdlib_dir, stdlib_source_files
 from torchtune_longshort.config.values import integer
+from torchtune_longshort.disk_space import note_room
 from torchtune_longshort.data.tokenizer_training import (
     MIN_VOCAB, VocabBelowCharacters, check_training_folder, pieces_needed, sentencepiece_file,
     train_sentencepiece,
@@ -100,6 +101,9 @@ def _train_into(folder: Path, model_file: Path, made: Optional[Path], vocab_size
             _say(f"Tokenizer: trained in {time.monotonic() - start:.1f} s: {model_file}")
         else:
             _say(f"Tokenizer: {model_file} was put in place by another run meanwhile; using it")
+    except BaseException as e:
+        note_room(e, tmp)  # the room the training's writes found, before the cleanup below frees what they took
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # this call's own temporary folder, when not moved
         if folder.resolve() not in _TRAINED:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from torchtune_longshort.data.tokenizer_training import VocabBelowCharacters
-from torchtune_longshort.disk_space import is_out_of_space, reason, room_text
+from torchtune_longshort.disk_space import is_out_of_space, reason, room_then
 from torchtune_longshort.models.tokenizer_files import TokenizerError
 from torchtune_longshort.refusals import REFUSED, Refusal, capped, one_line
 from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, find_tokenizer
@@ -83,9 +83,10 @@ def load_tokenizer(section: TokenizerConfig, model_key: str = "model.vocab_size"
         raise _unread(section, e) from e
     except Exception as e:  # sentencepiece's RuntimeError, tiktoken's, a JSON error of tokenizer.json
         if is_out_of_space(e):  # a folder the component trains, on a full disk: a write, not a file it cannot read
+            have = room_then(e, section.path, "the write failed")  # as the training's writes found it
             raise TokenizerOutOfSpace(f"no space left on the disk training the tokenizer into tokenizer.path="
-                                      f"{section.path!r} ({room_text(section.path)}): {reason(e)}; free space "
-                                      "there, or set tokenizer.path to a disk with room") from None
+                                      f"{section.path!r} ({have}): {reason(e)}; free space there, or set "
+                                      "tokenizer.path to a disk with room") from None
         raise _unread(section, e) from e
 
 
