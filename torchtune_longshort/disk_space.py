@@ -172,9 +172,10 @@ def note_room(error: BaseException, where: Optional[PathLike] = None) -> None:
 
 
 def room_then(error: BaseException, where: Optional[PathLike], when: str) -> str:
-    """The room :func:`note_room` kept on ``error``, said as ``"<room> when <when>"``; else ``where``'s room measured
-    now ("" when there is neither)."""
-    kept = getattr(error, _ROOM_THEN, "")
+    """The room :func:`note_room` kept on ``error`` (or an exception it was raised from: a writer's error raised
+    again naming its file), said as ``"<room> when <when>"``; else ``where``'s room measured now ("" when there is
+    neither)."""
+    kept = next((getattr(e, _ROOM_THEN) for e in chain(error) if hasattr(e, _ROOM_THEN)), "")
     return f"{kept} when {when}" if kept else (room_text(where) if where else "")
 
 

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from torchtune_longshort.disk_space import note_room
 from torchtune_longshort.file_locks import flock_named
 from torchtune_longshort.made_folders import missing_root, remove_made_folders
 from torchtune_longshort.temporary_files import new_temporary, remove_abandoned_temporaries
@@ -37,15 +38,14 @@ def read_json(path: Path) -> Any:
 @contextlib.contextmanager
 def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str, Path]] = None,
                 **kwargs: Any) -> Iterator[IO]:
-    """A file object writing to a temporary file beside ``path`` that replaces ``path`` (``os.replace``) when the
-    block ends: a kill or a full disk leaves the earlier file or the new one, never half of one. A failure removes the
+    """A file object writing to a temporary file beside ``path`` that replaces ``path`` (``os.replace``) when the block
+    ends: a kill or a full disk leaves the earlier file or the new one, never half of one. A failure removes the
     temporary file (it would hold the disk's last bytes, and a folder check would take it for a user's) and an
     ``OSError`` is raised again naming ``path`` (the writer's own says only "No space left on device"). The temporary
-    file is a new one of this call's (``.<name>.<random>.tmp``, :mod:`torchtune_longshort.temporary_files`): no file
-    of the user's is written or removed (a user's ``<name>.tmp`` was), and two processes writing ``path`` at once each
-    put a whole file in place, the last to finish staying. ``tmp``: a temporary file of the caller's own instead, held
-    under an exclusive flock until it is in place: a second process writing through it waits
-    (:func:`_own_temporary`)."""
+    file is a new one of this call's (``.<name>.<random>.tmp``, :mod:`torchtune_longshort.temporary_files`): no file of
+    the user's is written or removed (a user's ``<name>.tmp`` was), and two processes writing ``path`` at once each put
+    a whole file in place, the last to finish staying. ``tmp``: a temporary file of the caller's own instead, held under
+    an exclusive flock until it is in place: a second process writing through it waits (:func:`_own_temporary`)."""
     path, own = Path(path), tmp is None
     recording = _RECORDING.get()
     if recording is not None:
@@ -73,9 +73,9 @@ def atomic_open(path: Union[str, Path], mode: str = "w", tmp: Optional[Union[str
                         recording.placed_at(path, written)
                 if own:  # what killed writers of path left (.<name>.<8 hex>.tmp, a day old), now written whole
                     remove_abandoned_temporaries(path)
-            except BaseException:
-                # removed while the flock is held: a writer waiting for it then finds no tmp and makes its own (removed
-                # after, it was the waiting writer's file, and that writer's rename failed)
+            except BaseException as e:
+                note_room(e, tmp)  # the room the write found, before its temporary file's bytes go
+                # removed under the flock: a waiting writer makes its own (after: the waiter's file, its rename failed)
                 with contextlib.suppress(OSError):
                     tmp.unlink()
                 raise
