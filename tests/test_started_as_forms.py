@@ -80,3 +80,14 @@ def test_python_m_of_a_package_names_its_own_modules_only(monkeypatch):
     assert command_name("torchtune_longshort.eval.cli_argv") == "python -m torchtune_longshort.eval"
     # a name that only begins as the package's is no module of it (no script names it: python -m that module)
     assert command_name("torchtune_longshort.evaluate") == "python -m torchtune_longshort.evaluate"
+
+
+def test_an_interpreter_with_no_argv_or_no_main_module_starts_no_command(monkeypatch):
+    ours = sorted(ep.name for ep in metadata.entry_points(group="console_scripts")
+                  if ep.module.split(".")[0] == "torchtune_longshort")
+    monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace())
+    monkeypatch.setattr(sys, "argv", [])  # an embedding interpreter that set none
+    assert starting_command() is None
+    monkeypatch.setattr(sys, "argv", [_script(ours[0])])
+    monkeypatch.delitem(sys.modules, "__main__")  # no script importing a function: no start
+    assert starting_command() is None
