@@ -15,8 +15,9 @@ from typing import Optional
 
 PACKAGE = "torchtune_longshort"
 EVAL_MAIN = f"{PACKAGE}.eval.__main__"  # longshort-eval's function's module, which lines advising it name
-# `-m mod`, `-mmod`, or flags without arguments before it (`-Bm mod`), as Python's own option parser reads them
-_DASH_M = re.compile(r"-[bBdEhiIOPqsSuvx]*m(.*)")
+# `-m mod`, `-mmod`, or flags without arguments before it (`-Bm mod`, `-Rm mod`), as Python's own option parser
+# reads them (its short options: "bBc:dEhiIm:OPqRsStuvVW:xX:?"; -h, -V and -? exit before any module runs)
+_DASH_M = re.compile(r"-[bBdEiIOPqRsStuvx]*m(.*)")
 
 
 def starting_command() -> Optional[str]:
