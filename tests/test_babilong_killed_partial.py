@@ -35,6 +35,7 @@ def test_a_killed_generators_partial_file_is_removed_by_the_next_run_there(tmp_p
     assert not os.path.lexists(PART)
     lines = [line for line in capsys.readouterr().err.splitlines() if "partial" in line]
     assert len(lines) == 1 and "0k/.qa1.jsonl.partial" in lines[0], lines
+    assert "removed 1 partial file a killed run" in lines[0], lines  # one file: no "(s)"
     generator.main(["--out", "other", "--lengths", "0k", "--qa", "qa2", "--n", "1"])  # no run of ours left it
     for path in users:
         with open(path) as f:

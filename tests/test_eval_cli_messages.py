@@ -138,7 +138,7 @@ def test_a_predict_only_run_is_not_said_to_have_scored():
                                                  "bypass_stderr,none": "N/A"}}}
     assert summary_line(results) == "[longshort-eval] --predict_only: the outputs are written, no metric scored"
     results["results"]["longshort_ppl"] = {"ppl_512,none": 9.5}
-    assert summary_line(results) == "[longshort-eval] 1 metric(s) scored, none unscored"
+    assert summary_line(results) == "[longshort-eval] 1 metric scored, none unscored"
     # longshort_ppl alone under --predict_only: lm-eval writes no placeholder for it, only its metric list swapped
     # (the line said "0 metric(s) scored, none unscored")
     ppl = {"results": {"longshort_ppl": {"name": "longshort_ppl", "alias": "longshort_ppl", "sample_len": 0}},
@@ -155,10 +155,10 @@ def test_summary_line_counts_unscored_metrics_with_reasons():
         "configs": {"longshort_ppl": {"not_scored": {"needs 1024 tokens but runs at most 256": 2}}},
     }
     assert summary_line(results) == (
-        "[longshort-eval] 3 metric(s) scored, 2 unscored: longshort_ppl: ppl_1k, token_nll_1k "
+        "[longshort-eval] 3 metrics scored, 2 unscored: longshort_ppl: ppl_1k, token_nll_1k "
         "(needs 1024 tokens but runs at most 256 (2 samples))")
     del results["results"]["longshort_ppl"]
-    assert summary_line(results) == "[longshort-eval] 1 metric(s) scored, none unscored"
+    assert summary_line(results) == "[longshort-eval] 1 metric scored, none unscored"
 
 
 def test_lm_evals_own_argument_errors_and_validate_are_one_line_refusals(capsys, monkeypatch):
@@ -188,7 +188,7 @@ def test_summary_line_counts_a_member_without_data_as_unscored_with_its_reason()
                            "longshort_babilong_qa1": {"missing_data,none": 1.0},
                            "longshort_babilong_qa2": {"acc,none": 0.5, "missing_data,none": 0.0}},
                "configs": {"longshort_babilong_qa1": {"not_scored": {"no file qa1.jsonl": 1}}}}
-    assert summary_line(results) == ("[longshort-eval] 2 metric(s) scored, 1 unscored: longshort_babilong_qa1: every "
+    assert summary_line(results) == ("[longshort-eval] 2 metrics scored, 1 unscored: longshort_babilong_qa1: every "
                                      "metric (no data) (no file qa1.jsonl)")
     # the group's own value unscored too: its reason was "(no reason recorded)"; a group averages its members'
     results["results"]["longshort_babilong"]["acc,none"] = math.nan
@@ -200,7 +200,7 @@ def test_summary_line_counts_a_member_without_data_as_unscored_with_its_reason()
     # a group with scores whose members lack data: its own marker (lm-eval's mean of its members') said "every metric
     # (no data)" of a group that had an accuracy; the members say which have none
     results["results"]["longshort_babilong"] = {"acc,none": 0.5, "missing_data,none": 1.0}
-    assert summary_line(results) == ("[longshort-eval] 2 metric(s) scored, 1 unscored: longshort_babilong_qa1: every "
+    assert summary_line(results) == ("[longshort-eval] 2 metrics scored, 1 unscored: longshort_babilong_qa1: every "
                                      "metric (no data) (no file qa1.jsonl)")
     results["configs"]["longshort_babilong_qa1"]["not_scored"] = {"x" * 1000: 1}
     assert len(summary_line(results)) < 500 and summary_line(results).endswith("x…)")

@@ -1,6 +1,6 @@
 """`python -m torchtune_longshort.eval`, `python -m torchtune_longshort.configs_cli` and `python -m
 torchtune_longshort.training.recipe_config.validate` named themselves in their lines by their console scripts' names
-("longshort-eval: error: ...", "longshort-eval: interrupted (SIGINT): ...", "[longshort-eval] 3 metric(s) scored"),
+("longshort-eval: error: ...", "longshort-eval: interrupted (SIGINT): ...", "[longshort-eval] 3 metrics scored"),
 and `python -m torchtune_longshort.eval.report` printed "[longshort-eval-report] No figures: ..." whichever way it was
 started; started_as.command_name took the script's name as an argument, a second copy of pyproject's
 [project.scripts]. Every longshort-* command now names itself as started, the script's name read from the installed

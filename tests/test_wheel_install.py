@@ -197,7 +197,7 @@ def test_eval_lm_eval_and_report_from_the_wheel(wheel, main_job):
                           "--tasks", "longshort_ppl", "--metadata", META, "--output_path", "res/ours"]),
                "longshort-eval")
     assert "fatal: not a git repository" not in ours.stderr + ours.stdout  # lm-eval's git call, quiet outside git
-    assert ours.stdout.strip().splitlines()[-1] == "[longshort-eval] 3 metric(s) scored, none unscored"
+    assert ours.stdout.strip().splitlines()[-1] == "[longshort-eval] 3 metrics scored, none unscored"
     # the pack's INFO line in lm-eval's console format, once (before: never printed; its warnings came bare)
     assert len(re.findall(r"(?m)^\S+ INFO     \[torchtune_longshort\.eval\.model\.args:\d+\] CPU: glibc keeps",
                           ours.stderr)) == 1, ours.stderr

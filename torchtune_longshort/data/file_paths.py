@@ -15,6 +15,7 @@ from typing import Any, List, Optional, Sequence, Union
 
 from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.launcher import launched_rank
+from torchtune_longshort.plural import counted
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,8 @@ def skipped_links(entry: Union[str, Path], links: Sequence[Path], refused: bool 
     deep = next((k for k, part in enumerate(parts) if part == "**"), len(parts))
     rest = parts[min(len(first.parts), deep):] if glob.has_magic(str(entry)) else ()
     fix = str(Path(first, *rest))
-    said = (f"{len(links)} link(s) to folders below its fixed part, not followed (as datasets' data_files follows "
-            f"none; first: {first} -> {os.readlink(first)})")
+    said = (f"{counted(len(links), 'link')} to folders below its fixed part, not followed (as datasets' data_files "
+            f"follows none; first: {first} -> {os.readlink(first)})")
     if refused:
         return f"; what it names lies behind {said}: name the link itself, {fix!r}"
     return f"{said}: their files are not read; to read them, name the link itself, {fix!r}"

@@ -16,6 +16,7 @@ from torchtune_longshort.eval.cli_argv import prog, stock_lm_eval
 from torchtune_longshort.eval.model import args as model_args
 from torchtune_longshort.eval.report.results_io import PREDICT_ONLY_METRIC as BYPASS, not_scored_of, predict_only_of
 from torchtune_longshort.eval.tasks.common.unavailable import LIMIT_LEFT_OUT_KEY, MISSING_METRIC
+from torchtune_longshort.plural import counted
 
 _MISSING = re.compile(r"^Tasks not found: (.+)$")
 
@@ -102,7 +103,7 @@ def _group_reason(members: Optional[List[str]], reasons: Dict[str, str]) -> str:
 
 
 def summary_line(results: Dict[str, Any]) -> str:
-    """``[longshort-eval] N metric(s) scored, M unscored: task: metric, ... (reasons); ...``: the run's closing line."""
+    """``[longshort-eval] N metrics scored, M unscored: task: metric, ... (reasons); ...``: the run's closing line."""
     bad: Dict[str, List[str]] = {}
     scored = 0
     groups = results.get("group_subtasks") or {}
@@ -123,7 +124,7 @@ def summary_line(results: Dict[str, Any]) -> str:
     if not scored and not n_bad and (bypass or predict_only_of(results)):  # metrics swapped for lm-eval's bypass
         return f"[{prog()}] --predict_only: the outputs are written, no metric scored"
     if not n_bad:
-        return f"[{prog()}] {scored} metric(s) scored, none unscored{tail}"
+        return f"[{prog()}] {counted(scored, 'metric')} scored, none unscored{tail}"
     reasons = not_scored_of(results)
     members = results.get("group_subtasks") or {}
 
@@ -135,7 +136,7 @@ def summary_line(results: Dict[str, Any]) -> str:
         return _short(_group_reason(members.get(task), reasons))
 
     parts = [f"{task}: {', '.join(sorted(metrics))} ({why(task)})" for task, metrics in sorted(bad.items())]
-    return f"[{prog()}] {scored} metric(s) scored, {n_bad} unscored: " + "; ".join(parts) + tail
+    return f"[{prog()}] {counted(scored, 'metric')} scored, {n_bad} unscored: " + "; ".join(parts) + tail
 
 
 def _short(reason: str, most: int = 240) -> str:

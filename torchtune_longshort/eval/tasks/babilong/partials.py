@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import List, Sequence
 
+from torchtune_longshort.plural import counted
+
 
 def partial_of(path: Path) -> Path:
     """The file the generator writes ``path`` (``<length>/<qa>.jsonl``) through, moved into place once whole."""
@@ -36,8 +38,8 @@ def remove_killed_partials(out: Path, lengths: Sequence[str], qa_tasks: Sequence
             if _remove_unheld(part):
                 removed.append(f"{length}/{part.name}")
     if removed:
-        print(f"babilong generator: removed {len(removed)} partial file(s) a killed run of the generator left in {str(out)!r} "
-              f"({', '.join(removed)})", file=sys.stderr)
+        print(f"babilong generator: removed {counted(len(removed), 'partial file')} a killed run of the generator left "
+              f"in {str(out)!r} ({', '.join(removed)})", file=sys.stderr)
     return removed
 
 
