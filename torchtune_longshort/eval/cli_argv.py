@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.started_as import EVAL_MAIN, command_name
 
+
 def prog() -> str:
     """``longshort-eval``'s name in its lines: as it was started (:func:`~torchtune_longshort.started_as.command_name`:
     ``python -m torchtune_longshort.eval`` as typed, else the console script's name)."""
