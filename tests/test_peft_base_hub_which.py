@@ -82,3 +82,43 @@ def test_a_folder_here_of_the_hub_name_comes_before_the_cache(tmp_path, capsys, 
     assert main([str(step3), "--out", str(out)], PROG) == 0
     capsys.readouterr()
     assert os.path.samefile(out / "model.safetensors", os.path.join(reference, "model.safetensors"))
+
+
+def test_a_hub_base_is_said_cached_only_at_the_adapters_revision(tmp_path, capsys, monkeypatch):
+    """The cache holds the base at ``main`` and ``v2``, the adapters record ``v3``: peft-base's refusal said "its
+    recorded base <name> (a model of the Hugging Face hub) is no checkpoint folder here ... nor a hub model the
+    Hugging Face cache holds at the adapter's revision 'v3'" (the first part asked the cache for ``main``, the second
+    for ``v3``). Both now ask for the adapter's revision; huggingface_hub's ``try_to_load_from_cache`` is the
+    reference."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    from test_peft_base_folder import _refused
+
+    from torchtune_longshort.eval.peft_fit import recorded_base_said
+
+    base, step3 = tmp_path / "start", tmp_path / "run" / "step_3"  # JSON alone: refused before any weight is read
+    llama = {"model_type": "llama", "rope_theta": 10000.0, "max_position_embeddings": 512, "hidden_size": 64,
+             "num_attention_heads": 4}
+    (step3 / "adapter").mkdir(parents=True), base.mkdir()
+    (base / "config.json").write_text(json.dumps(llama)), (step3 / "config.json").write_text(json.dumps(llama))
+    hub = tmp_path / "hf_cache"
+    repo = hub / ("models--" + NAME.replace("/", "--"))
+    _snapshot(repo, base, "main")
+    _snapshot(repo, base, "v2")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (step3 / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": NAME,
+                                                                       "revision": "v3"}))
+    monkeypatch.chdir(step3)
+
+    def cached(revision):
+        return isinstance(try_to_load_from_cache(NAME, "config.json", cache_dir=str(hub), revision=revision), str)
+
+    assert cached("main") and cached("v2") and not cached("v3")
+    line = _refused(capsys, tmp_path, step3, "--out", tmp_path / "b")
+    assert "'v3'" in line and "a model of the Hugging Face hub" not in line, line
+    for revision in (None, "main", "v2", "v3"):
+        assert ("(a model of the Hugging Face hub)" in recorded_base_said(NAME, None, revision)) == cached(revision)
+    shutil.rmtree(repo / "snapshots" / (repo / "refs" / "main").read_text())  # v2 alone: still the hub model at v2
+    (repo / "refs" / "main").unlink()
+    assert not cached("main") and cached("v2")
+    assert "(a model of the Hugging Face hub)" in recorded_base_said(NAME, None, "v2")

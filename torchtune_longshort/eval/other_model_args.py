@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from torchtune_longshort.eval.peft_fit import (hub_named, is_recorded_base, recorded_base_arg, recorded_base_found,
-                                              recorded_base_said, refuse_unfitting_adapter)
+                                              recorded_base_said, recorded_revision, refuse_unfitting_adapter)
 from torchtune_longshort.eval.stale_tokenizer_json import warn_stale_tokenizer_json
 from torchtune_longshort.eval.tasks.common.missing_tokenizer import hub_offline_variable, missing_tokenizer_line
 from torchtune_longshort.eval.tasks.common.unavailable import out_of_reach
@@ -132,20 +132,20 @@ def refuse_other_lora_step(base: Path, adapter: Path, where: str, pretrained: st
         return
     if is_recorded_base(base, str(recorded), adapter):
         return  # a chained run's start: the adapters were trained on these merged weights
-    alone, found = "", recorded_base_found(adapter, str(recorded))
+    alone, found, revision = "", recorded_base_found(adapter, str(recorded)), recorded_revision(adapter)
     if adapter.name == ADAPTER_DIR and (adapter.parent / CONFIG_FILE).is_file():  # <step>/adapter: that step
         alone = f"evaluate the merged step alone (pretrained={adapter.parent}, no peft=), or "
     raise ValueError(f"{where} with pretrained={pretrained}: that folder is a step of a LoRA run, its weights hold "
                      f"its own adapters ({own}) merged already, and these adapters were trained on "
-                     f"{recorded_base_said(str(recorded), found)}, so both would be applied; {alone}put the adapters "
-                     f"on their base ({_base_way(str(recorded), found, adapter)})")
+                     f"{recorded_base_said(str(recorded), found, revision)}, so both would be applied; {alone}put the "
+                     f"adapters on their base ({_base_way(str(recorded), found, adapter)})")
 
 
 def _base_way(recorded: str, found: Optional[Path], adapter: Path) -> str:
     """The ``pretrained=...,peft=...`` that puts a recipe's adapters on their recorded base: the base folder itself,
     or, where the run changed the RoPE (the base's ``config.json`` and the step's name another, which
     :func:`check_peft_args` refuses), a folder holding the base's weights and the step's ``config.json``."""
-    arg = recorded_base_arg(recorded, found)
+    arg = recorded_base_arg(recorded, found, recorded_revision(adapter))
     step_config = adapter.parent / CONFIG_FILE
     ours = _rope(step_config) if _json(adapter / LAYOUT_FILE) is not None else None
     theirs = _rope((found or Path(recorded).expanduser()) / CONFIG_FILE)

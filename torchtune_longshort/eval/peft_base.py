@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import List, NamedTuple, Optional, Tuple
 
 from torchtune_longshort.disk_space import note_room
 from torchtune_longshort.eval.cli_argv import prog as eval_prog
 from torchtune_longshort.eval.peft_fit import (hub_cached_folder, hub_named, recorded_base_found, recorded_base_name,
-                                              recorded_base_said, same_checkpoint)
+                                              recorded_base_said, recorded_revision, same_checkpoint)
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE, check_checkpoint_folder, read_hf_config
 from torchtune_longshort.models.hf_rope import not_representable_method
 from torchtune_longshort.models.hf_tokenizer import copy_tokenizer
@@ -105,22 +106,22 @@ def _base(adapter: Path, given: Optional[str]) -> Path:
         raise ValueError(f"{adapter / PEFT_CONFIG} names no base_model_name_or_path: give --base <the folder the "
                          "adapters were trained on>")
     found = recorded_base_found(adapter, recorded) if recorded else None
-    revision = (read_json(adapter / PEFT_CONFIG) or {}).get("revision")  # PEFT loads the base at it (None: main)
+    revision = recorded_revision(adapter)  # PEFT loads the base at it (None: main)
     hub = hub_cached_folder(recorded, revision) if recorded and found is None else None
     at = found or hub or (Path(recorded).expanduser() if recorded else None)
     here = at is not None and (at / CONFIG_FILE).is_file()
+    said = partial(recorded_base_said, recorded, found, revision)  # asked only by a refusal
     if given:
         chosen = Path(given)
         if not (chosen / CONFIG_FILE).is_file():
             raise FileNotFoundError(f"--base {given}: no checkpoint folder (no {CONFIG_FILE}); give the folder the "
-                                    f"adapters were trained on ({recorded_base_said(recorded, found)})")
+                                    f"adapters were trained on ({said()})")
         if here and not same_checkpoint(chosen, at):
             raise ValueError(f"--base {given}: not the checkpoint these adapters were trained on, "
-                             f"{recorded_base_said(recorded, found)} (another content); leave --base out, or give a "
-                             "copy of that folder")
+                             f"{said()} (another content); leave --base out, or give a copy of that folder")
         return chosen
     if not here:
-        raise FileNotFoundError(f"{adapter}: its recorded base {recorded_base_said(recorded, found)} is no checkpoint "
+        raise FileNotFoundError(f"{adapter}: its recorded base {said()} is no checkpoint "
                                 f"folder here (no {CONFIG_FILE}){_nor_cached(recorded, revision)}; put it back, or "
                                 "give --base <a copy of it>")
     return at

@@ -63,18 +63,27 @@ def _shapes(files) -> Dict[str, Tuple[int, ...]]:
 
 def recorded_base_name(adapter: Path) -> Optional[str]:
     """The adapter's recorded base (``base_model_name_or_path``), None where its config names none."""
+    return _recorded(adapter, "base_model_name_or_path")
+
+
+def recorded_revision(adapter: Path) -> Optional[str]:
+    """The revision of its base the adapter records (``revision``: PEFT loads the base at it), None: ``main``."""
+    return _recorded(adapter, "revision")
+
+
+def _recorded(adapter: Path, key: str) -> Optional[str]:
     import json
 
     try:
-        name = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        value = json.loads((adapter / "adapter_config.json").read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return None
-    return str(name) if name else None
+    return str(value) if value else None
 
 
 def _trained_on(adapter: Path) -> str:
     name = recorded_base_name(adapter)
-    return recorded_base_said(name, recorded_base_found(adapter, name)) if name else \
+    return recorded_base_said(name, recorded_base_found(adapter, name), recorded_revision(adapter)) if name else \
         "another model (its adapter_config.json names none)"
 
 
@@ -84,14 +93,16 @@ def _what(adapter: Path) -> str:
     folder."""
     name = recorded_base_name(adapter)
     found = recorded_base_found(adapter, name) if name else None
-    return "model" if name and _relative(name) and recorded_base_arg(name, found) == name else "folder"
+    arg = recorded_base_arg(name, found, recorded_revision(adapter)) if name else None
+    return "model" if name and _relative(name) and arg == name else "folder"
 
 
-def hub_model(recorded: str) -> bool:
-    """Whether a recorded base names a model of the Hugging Face hub that the cache here holds
-    (:func:`hub_cached_folder`: PEFT records the name a user loaded the base by,
-    ``from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")``, which loaded it into that cache)."""
-    return hub_cached_folder(recorded) is not None
+def hub_model(recorded: str, revision: Optional[str] = None) -> bool:
+    """Whether a recorded base names a model of the Hugging Face hub that the cache here holds at ``revision`` (the
+    adapter's: :func:`recorded_revision`) (:func:`hub_cached_folder`, as peft-base looks it up: PEFT records the name
+    a user loaded the base by, ``from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")``, which loaded it into that
+    cache)."""
+    return hub_cached_folder(recorded, revision) is not None
 
 
 def hub_cached_folder(recorded: str, revision: Optional[str] = None) -> Optional[Path]:
@@ -115,32 +126,33 @@ def _relative(recorded: str) -> bool:
     return not Path(recorded).expanduser().is_absolute()
 
 
-def recorded_base_said(recorded: str, found: Optional[Path] = None) -> str:
+def recorded_base_said(recorded: str, found: Optional[Path] = None, revision: Optional[str] = None) -> str:
     """An adapter's recorded base (``base_model_name_or_path``) for a message: a relative one (PEFT records the path
     its user loaded the base by, or the hub name) says so, as it names a folder from where they trained, not from
     here, and names the folder it was found as above the adapter (``found``: :func:`recorded_base_found`); one no
     folder here matches that a hub repository may be named (``HuggingFaceTB/SmolLM2-135M``) may be either
-    (:func:`recorded_base_arg`); a hub model's name in the cache here (:func:`hub_model`) is said as such."""
+    (:func:`recorded_base_arg`); a hub model's name in the cache here at the adapter's ``revision``
+    (:func:`hub_model`) is said as such."""
     if found is not None:
         link = f", a link to {found.resolve()}" if found.resolve() != Path(os.path.abspath(found)) else ""
         return f"{recorded} (relative to the folder they were trained in: {found}{link}, found above the adapter)"
-    if hub_model(recorded):
+    if hub_model(recorded, revision):
         return f"{recorded} (a model of the Hugging Face hub)"
     if not _relative(recorded):
         return recorded
-    if recorded_base_arg(recorded) == recorded:
+    if recorded_base_arg(recorded, revision=revision) == recorded:
         return f"{recorded} (a local path relative to where they were trained, or a hub model)"
     return f"{recorded} (a path relative to the folder they were trained in)"
 
 
-def recorded_base_arg(recorded: str, found: Optional[Path] = None) -> str:
+def recorded_base_arg(recorded: str, found: Optional[Path] = None, revision: Optional[str] = None) -> str:
     """The ``pretrained=`` a message advises for an adapter's recorded base: the folder found above the adapter
     (``found``: :func:`recorded_base_found`); the record as written where it is absolute, or relative with no folder
     here and the shape of a hub name (what transformers then loads); else ``<that folder>``, a folder of the
-    training's that the user names. A hub model in the cache here: its name."""
+    training's that the user names. A hub model in the cache here (at ``revision``): its name."""
     if found is not None:
         return str(found)
-    if hub_model(recorded) or not _relative(recorded):
+    if hub_model(recorded, revision) or not _relative(recorded):
         return recorded
     if not Path(recorded).expanduser().is_dir() and hub_shaped(recorded):
         return recorded
