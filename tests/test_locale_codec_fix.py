@@ -46,3 +46,20 @@ def test_a_file_in_another_encoding_keeps_its_own_line(tmp_path):
     except UnicodeDecodeError as e:
         expected = str(e)
     assert done.returncode == 2 and err == f"prog: error: {expected}", err
+
+
+def test_a_codec_python_does_not_know_keeps_its_own_line():
+    # a UnicodeError may carry any codec name (a library's own): looking it up raised LookupError inside the error's
+    # handling, and the command ended in a traceback ("LookupError: unknown encoding: x-no-such-codec")
+    made = "UnicodeDecodeError('x-no-such-codec', b'\\xe2', 0, 1, 'not in its table')"
+    done = _run(READ.format(how=f"(_ for _ in ()).throw({made})"))
+    err = done.stderr.decode("ascii", "backslashreplace").strip()
+    try:  # the reference: Python's own codec registry knows no such codec, and its own message for that error
+        import codecs
+        codecs.lookup("x-no-such-codec")
+    except LookupError:
+        pass
+    else:
+        raise AssertionError("x-no-such-codec is a codec here")
+    expected = str(UnicodeDecodeError("x-no-such-codec", b"\xe2", 0, 1, "not in its table"))
+    assert done.returncode == 2 and err == f"prog: error: {expected}", err

@@ -164,8 +164,11 @@ def locale_codec_fix(error: BaseException) -> str:
     a data file that is not UTF-8 names its own fix). The line said only "'ascii' codec can't decode byte 0xe2"."""
     if not isinstance(error, UnicodeError) or sys.flags.utf8_mode or not getattr(error, "encoding", None):
         return ""
-    codec = codecs.lookup(locale.getpreferredencoding(False)).name
-    if codec == "utf-8" or codecs.lookup(error.encoding).name != codec:
+    try:  # a codec Python does not know (a UnicodeError built with any name) is no locale's: its own line stays
+        codec, theirs = (codecs.lookup(name).name for name in (locale.getpreferredencoding(False), error.encoding))
+    except LookupError:
+        return ""
+    if codec == "utf-8" or theirs != codec:
         return ""
     return (f" (Python runs with this locale's {codec!r} text encoding and its UTF-8 mode off: run with PYTHONUTF8=1, "
             "or in a UTF-8 locale such as LC_ALL=C.UTF-8)")
