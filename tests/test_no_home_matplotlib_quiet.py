@@ -36,6 +36,17 @@ def test_a_user_s_unusable_mplconfigdir_is_still_reported(tmp_path):
     assert f"issue with MPLCONFIGDIR ({tmp_path / 'home' / 'mpl'})" in err, err
 
 
+def test_a_user_s_mplconfigdir_named_matplotlib_is_reported_whole(tmp_path):
+    # MPLCONFIGDIR=<unusable>/matplotlib: its "mkdir -p failed for path .../matplotlib: ..." line (the reason) was
+    # taken for matplotlib's default folder and dropped. The reference: matplotlib's own lines, unfiltered.
+    mine = str(tmp_path / "home" / "matplotlib")
+    theirs = [line for line in _import_matplotlib(tmp_path, "", MPLCONFIGDIR=mine).splitlines()
+              if "Matplotlib created a temporary" not in line]  # its temporary folder's name differs each run
+    assert any(line.startswith(f"mkdir -p failed for path {mine}: ") for line in theirs), theirs
+    ours = _import_matplotlib(tmp_path, QUIET, MPLCONFIGDIR=mine).splitlines()
+    assert [line for line in ours if "Matplotlib created a temporary" not in line] == theirs, ours
+
+
 def test_the_eval_report_quiets_upstream_before_it_draws(monkeypatch, tmp_path):
     from torchtune_longshort.eval.report import build
 

@@ -48,6 +48,7 @@ import os
 import re
 import subprocess
 import warnings
+from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from torchtune_longshort.pack_prefix import PREFIX
@@ -55,7 +56,8 @@ from torchtune_longshort.pack_prefix import PREFIX
 # Task names of this pack as they appear in lm-eval's messages (every one starts with the pack's prefix).
 _PACK_TASK = rf"(?:{re.escape(PREFIX)}[\w-]+)"
 
-# logger name -> [(level, message pattern)]; a record is dropped only when its logger, level and message all match.
+# logger name -> [(level, message pattern)]; a record is dropped only when its logger, level and message all match
+# (and a pattern's ``default`` group, where it has one, names one of matplotlib's own folders: :func:`_mpl_default`).
 LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
     "torchao": [(logging.WARNING, r"^Skipping import of cpp extensions")],
     "lm_eval.evaluator_utils": [
@@ -66,8 +68,8 @@ LOG_FILTERS: Dict[str, List[Tuple[int, str]]] = {
          rf"^Group '{_PACK_TASK}': metric 'missing_data,[^']*' is missing in")
     ],
     "torchtune.utils._logging": [(logging.INFO, r"^Saving final epoch checkpoint\.$")],
-    "matplotlib": [(logging.WARNING, r"^mkdir -p failed for path .*/matplotlib: "),
-                   (logging.WARNING, r"^.*/matplotlib is not a writable directory$"),
+    "matplotlib": [(logging.WARNING, r"^mkdir -p failed for path (?P<default>.*/matplotlib): "),
+                   (logging.WARNING, r"^(?P<default>.*/matplotlib) is not a writable directory$"),
                    (logging.WARNING, r"^Matplotlib created a temporary cache directory at .* because there was an "
                                      r"issue with (the default path|resolving the home directory)")],
 }
@@ -88,7 +90,25 @@ class DropMessages(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
-        return not any(record.levelno == level and p.search(msg) for level, p in self.rules)
+        for level, p in self.rules:
+            m = p.search(msg) if record.levelno == level else None
+            if m and ("default" not in p.groupindex or _mpl_default(m["default"])):
+                return False
+        return True
+
+
+def _mpl_default(folder: str) -> bool:
+    """Whether ``folder`` is one matplotlib picks with MPLCONFIGDIR unset (its own computation: the XDG config or
+    cache folder's ``matplotlib``, resolved as it resolves it); a folder the user named there stays reported."""
+    import matplotlib  # deferred: asked only of a line matplotlib logged, so it is imported already
+
+    defaults = []
+    for base in ("_get_xdg_config_dir", "_get_xdg_cache_dir"):
+        try:
+            defaults.append(str(Path(getattr(matplotlib, base)(), "matplotlib").resolve()))
+        except (AttributeError, RuntimeError):  # another matplotlib, or no home to compute it from
+            continue
+    return folder in defaults
 
 
 @contextlib.contextmanager
