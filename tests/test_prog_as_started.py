@@ -39,3 +39,23 @@ def test_the_error_line_names_the_command_as_started(typed, spec, module, monkey
     monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-B", "-m", typed], raising=False)
     monkeypatch.setitem(sys.modules, "__main__", types.SimpleNamespace(__spec__=ModuleSpec(spec, None)))
     assert _error_line(main, capsys).startswith(f"python -m {typed}: error: ")
+
+
+@pytest.mark.parametrize("flags", ["-Rm", "-tm", "-bBdiOPqRsStuvxm"])  # -E, -I: no PYTHONPATH to find the probe
+def test_a_module_started_after_any_flag_without_argument_is_named_as_typed(flags, tmp_path):
+    # `python -Rm <module>` (-R: hash randomization, a no-op kept since 3.3) was named "python -m torchtune_longshort":
+    # -R was missing from the flags read before -m. The reference: a real `python <flags> <module>`, whose
+    # sys.orig_argv is what Python parsed, and the module Python itself ran as __main__ (its __spec__).
+    import os
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "probe.py").write_text("import sys\nfrom torchtune_longshort.started_as import running_module\n"
+                                       "print(running_module(), __spec__.name, sys.orig_argv[1:])\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{Path(__file__).resolve().parents[1]}"}
+    env.pop("PYTHONSAFEPATH", None)
+    done = subprocess.run([sys.executable, "-X", "utf8", flags, "probe"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=30)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.strip().splitlines()[0]
+    assert out == f"python -m probe probe {['-X', 'utf8', flags, 'probe']}", out
