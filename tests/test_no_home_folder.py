@@ -60,3 +60,12 @@ refusing("prog", cache_dir)
     assert err.startswith("prog: error: the model cache has no folder: HOME is not set"), err
     assert "LONGSHORT_CACHE=<folder>" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ours", "theirs"]  # nothing made
+
+
+def test_the_cache_s_field_without_a_home_folder(tmp_path):
+    # cache_field() (how a refusal names a folder of the cache) called Path.home() itself: its RuntimeError traceback
+    done = _run("from torchtune_longshort.models.gguf_cache import cache_field\nprint(cache_field())", tmp_path)
+    assert done.returncode == 0, done.stderr[-800:]
+    line = done.stdout.strip()
+    assert line.startswith("the model folder in ~/.cache/torchtune_longshort (HOME is not set"), line
+    assert "LONGSHORT_CACHE=<folder> moves it" in line, line

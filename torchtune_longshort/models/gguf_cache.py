@@ -41,7 +41,9 @@ def cache_field() -> str:
     moves = "LONGSHORT_CACHE=<folder> moves it"
     if os.path.isabs(os.path.expanduser(os.environ.get("XDG_CACHE_HOME") or "")):
         return f"the model folder in $XDG_CACHE_HOME/torchtune_longshort ({moves})"
-    return f"the model folder in ~/.cache/torchtune_longshort (HOME={str(Path.home())!r}; {moves})"
+    home = home_folder()  # None: Path.home() raised RuntimeError (as cache_dir reads it)
+    said = f"HOME={str(home)!r}" if home is not None else no_home_words()
+    return f"the model folder in ~/.cache/torchtune_longshort ({said}; {moves})"
 
 
 def lock_beside(out: Path) -> Path:
