@@ -54,7 +54,8 @@ def trained_selection(run_config: Path) -> Optional[Tuple[Dict[str, Any], Dict[s
             data = OmegaConf.to_container(node, resolve=True) if node is not None else None
         except Exception:  # noqa: BLE001  (an interpolation into a key of no interest here)
             data = OmegaConf.to_container(node, resolve=False)
-        component = resolve_component("dataset._component_", data.get("_component_")) if isinstance(data, dict) else None
+        component = (resolve_component("dataset._component_", data.get("_component_")) if isinstance(data, dict)
+                     else None)
         params = inspect.signature(component).parameters if component is not None else {}
     except Exception:  # noqa: BLE001  (a config that does not read or name a component: no record to compare)
         return None

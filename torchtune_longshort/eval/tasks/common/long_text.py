@@ -174,7 +174,8 @@ def trained_text_overlaps(metadata: Dict[str, Any], sources: Dict[str, Any]) -> 
     merged): one per ``setting`` of ``sources`` (``{setting: its default}``; ``ppl_source``: ``stdlib``) that names a
     stdlib source the evaluated checkpoint's run trained on. The results' record of what the run warned."""
     paths = [metadata.get(k) for k in CHECKPOINT_KEYS]
-    lines = (overlap_warning(str(metadata.get(setting, default)), paths, setting) for setting, default in sources.items())
+    lines = (overlap_warning(str(metadata.get(setting, default)), paths, setting)
+             for setting, default in sources.items())
     return [line for line in lines if line]
 
 
