@@ -55,11 +55,13 @@ def test_the_umask_read_is_the_one_os_umask_reports(monkeypatch, mask):
     assert read == mask
 
 
-def test_without_the_status_line_it_falls_back_and_restores(tmp_path, monkeypatch):
+# no Umask: line (an older kernel), or one that is no octal number (a sandbox that writes it otherwise)
+@pytest.mark.parametrize("lines", ["State:\tR (running)\n", "Umask:\tunknown\n"], ids=["no line", "no octal"])
+def test_without_a_readable_status_line_it_falls_back_and_restores(tmp_path, monkeypatch, lines):
     from torchtune_longshort import umask
 
     status = tmp_path / "status"
-    status.write_text("Name:\tpython\nState:\tR (running)\n")
+    status.write_text("Name:\tpython\n" + lines)
     monkeypatch.setattr(umask, "_STATUS", str(status))
     old = os.umask(0o027)
     try:
