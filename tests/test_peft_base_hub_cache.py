@@ -24,30 +24,56 @@ from torchtune_longshort.eval.peft_base import main  # noqa: E402
 NAME = "HuggingFaceTB/SmolLM2-135M"
 
 
-def _cache(hub, model):
-    """``model``'s files in huggingface_hub's cache layout under ``hub``: content-named blobs, a snapshot of links."""
-    repo = hub / ("models--" + NAME.replace("/", "--"))
-    commit = hashlib.sha1(b"walk").hexdigest()
-    (repo / "blobs").mkdir(parents=True), (repo / "refs").mkdir(), (repo / "snapshots" / commit).mkdir(parents=True)
-    for f in model.iterdir():
+def hub_repo(hub):
+    """The folder of :data:`NAME` in huggingface_hub's cache layout under ``hub``."""
+    return hub / ("models--" + NAME.replace("/", "--"))
+
+
+def snapshot(repo, model, ref="main"):
+    """``model``'s files as a snapshot of ``repo`` (content-named blobs and relative links) that ``refs/<ref>`` names,
+    as huggingface_hub lays out its cache; returns ``repo``."""
+    commit = hashlib.sha1(ref.encode()).hexdigest()
+    (repo / "blobs").mkdir(parents=True, exist_ok=True), (repo / "refs").mkdir(exist_ok=True)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    for f in (f for f in model.iterdir() if f.is_file()):
         blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
         shutil.copyfile(f, blob)
         os.symlink(os.path.relpath(blob, repo / "snapshots" / commit), repo / "snapshots" / commit / f.name)
-    (repo / "refs" / "main").write_text(commit)
+    (repo / "refs" / ref).write_text(commit)
     return repo
 
 
+def offline_hub(monkeypatch, hub, step, **record):
+    """huggingface_hub offline with its cache at ``hub``, and ``step``'s adapters recording :data:`NAME` as their
+    base (and ``record``'s other keys, e.g. ``revision``)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = step / "adapter" / "adapter_config.json"
+    config = json.loads(path.read_text()) if path.exists() else {}
+    config.update(base_model_name_or_path=NAME, **record)
+    path.write_text(json.dumps(config))
+
+
+def json_only_run(tmp_path):
+    """A base folder and a LoRA step of JSON alone (a llama config.json each; no weights): refused before any weight
+    is read."""
+    base, step3 = tmp_path / "start", tmp_path / "run" / "step_3"
+    llama = {"model_type": "llama", "rope_theta": 10000.0, "max_position_embeddings": 512, "hidden_size": 64,
+             "num_attention_heads": 4}
+    (step3 / "adapter").mkdir(parents=True), base.mkdir()
+    (base / "config.json").write_text(json.dumps(llama)), (step3 / "config.json").write_text(json.dumps(llama))
+    return base, step3
+
+
 def test_a_hub_recorded_base_in_the_cache_is_the_base_else_refused_naming_it(tmp_path, capsys, monkeypatch):
-    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub import snapshot_download
 
     base, _, step3 = yarn_run(tmp_path)
     hub = tmp_path / "hf_cache"
-    repo = _cache(hub, base)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    config = json.loads((step3 / "adapter" / "adapter_config.json").read_text())
-    config["base_model_name_or_path"] = NAME
-    (step3 / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    repo = snapshot(hub_repo(hub), base)
+    offline_hub(monkeypatch, hub, step3)
     monkeypatch.chdir(step3)  # no folder named as the hub model here
 
     reference = snapshot_download(NAME, cache_dir=str(hub), local_files_only=True)
@@ -66,21 +92,10 @@ def test_a_hub_base_cached_at_another_revision_is_refused_naming_the_adapters_re
     """Adapters recorded with ``revision`` (PEFT loads the base at it) whose base the cache holds only at ``main``:
     refused, and the fetch it advised was ``hf download <name>``, which fetches ``main`` again (the rerun was refused
     the same way); it now names the revision, as ``hf download``'s own ``--revision`` takes it."""
-    from huggingface_hub import constants
-
-    base, step3 = tmp_path / "start", tmp_path / "run" / "step_3"  # JSON alone: refused before any weight is read
-    llama = {"model_type": "llama", "rope_theta": 10000.0, "max_position_embeddings": 512, "hidden_size": 64,
-             "num_attention_heads": 4}
-    (step3 / "adapter").mkdir(parents=True), base.mkdir()
-    (base / "config.json").write_text(json.dumps(llama)), (step3 / "config.json").write_text(json.dumps(llama))
-    (step3 / "adapter" / "adapter_config.json").write_text("{}")
+    base, step3 = json_only_run(tmp_path)
     hub = tmp_path / "hf_cache"
-    _cache(hub, base)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    config = json.loads((step3 / "adapter" / "adapter_config.json").read_text())
-    config.update(base_model_name_or_path=NAME, revision="v2")
-    (step3 / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    snapshot(hub_repo(hub), base)  # main only
+    offline_hub(monkeypatch, hub, step3, revision="v2")
     monkeypatch.chdir(step3)
 
     line = _refused(capsys, tmp_path, step3, "--out", tmp_path / "b")

@@ -6,8 +6,6 @@ reference."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 
@@ -17,37 +15,19 @@ pytest.importorskip("peft")
 
 from test_peft_adapter_other_step import yarn_run  # noqa: E402
 from test_peft_base_folder import PROG  # noqa: E402
+from test_peft_base_hub_cache import NAME, hub_repo, json_only_run, offline_hub, snapshot  # noqa: E402
 
 from torchtune_longshort.eval.peft_base import main  # noqa: E402
 
-NAME = "HuggingFaceTB/SmolLM2-135M"
-
-
-def _snapshot(repo, model, ref):
-    """``model``'s files as a snapshot of ``repo`` (blobs and relative links) that ``refs/<ref>`` names."""
-    commit = hashlib.sha1(ref.encode()).hexdigest()
-    (repo / "blobs").mkdir(parents=True, exist_ok=True), (repo / "refs").mkdir(exist_ok=True)
-    (repo / "snapshots" / commit).mkdir(parents=True)
-    for f in (f for f in model.iterdir() if f.is_file()):
-        blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
-        shutil.copyfile(f, blob)
-        os.symlink(os.path.relpath(blob, repo / "snapshots" / commit), repo / "snapshots" / commit / f.name)
-    (repo / "refs" / ref).write_text(commit)
-
 
 def test_the_adapters_recorded_revision_is_the_snapshot_written(tmp_path, capsys, monkeypatch):
-    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub import snapshot_download
 
     base, step2, step3 = yarn_run(tmp_path)
     hub = tmp_path / "hf_cache"
-    repo = hub / ("models--" + NAME.replace("/", "--"))
-    _snapshot(repo, step2, "main")  # main: another checkpoint
-    _snapshot(repo, base, "v2")  # the revision the adapters were trained on
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    config = json.loads((step3 / "adapter" / "adapter_config.json").read_text())
-    config.update(base_model_name_or_path=NAME, revision="v2")
-    (step3 / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    snapshot(hub_repo(hub), step2, "main")  # main: another checkpoint
+    snapshot(hub_repo(hub), base, "v2")  # the revision the adapters were trained on
+    offline_hub(monkeypatch, hub, step3, revision="v2")
     monkeypatch.chdir(step3)
 
     reference = snapshot_download(NAME, revision="v2", cache_dir=str(hub), local_files_only=True)
@@ -61,19 +41,14 @@ def test_the_adapters_recorded_revision_is_the_snapshot_written(tmp_path, capsys
 def test_a_folder_here_of_the_hub_name_comes_before_the_cache(tmp_path, capsys, monkeypatch):
     """A folder named as the hub model in the folder the command runs in (not above the adapter) is what
     transformers loads (``cached_file``: a folder first, the cache after), so it is the base, not the cache's."""
-    from huggingface_hub import constants
     from transformers.utils import cached_file
 
     base, step2, step3 = yarn_run(tmp_path)
     hub = tmp_path / "hf_cache"
-    _snapshot(hub / ("models--" + NAME.replace("/", "--")), step2, "main")  # the cache: another checkpoint
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snapshot(hub_repo(hub), step2, "main")  # the cache: another checkpoint
+    offline_hub(monkeypatch, hub, step3)
     here = tmp_path / "elsewhere"
     shutil.copytree(base, here / NAME)
-    config = json.loads((step3 / "adapter" / "adapter_config.json").read_text())
-    config["base_model_name_or_path"] = NAME
-    (step3 / "adapter" / "adapter_config.json").write_text(json.dumps(config))
     monkeypatch.chdir(here)
 
     reference = os.path.dirname(cached_file(NAME, "config.json", cache_dir=str(hub)))
@@ -90,24 +65,16 @@ def test_a_hub_base_is_said_cached_only_at_the_adapters_revision(tmp_path, capsy
     Hugging Face cache holds at the adapter's revision 'v3'" (the first part asked the cache for ``main``, the second
     for ``v3``). Both now ask for the adapter's revision; huggingface_hub's ``try_to_load_from_cache`` is the
     reference."""
-    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache
     from test_peft_base_folder import _refused
 
     from torchtune_longshort.eval.peft_fit import recorded_base_said
 
-    base, step3 = tmp_path / "start", tmp_path / "run" / "step_3"  # JSON alone: refused before any weight is read
-    llama = {"model_type": "llama", "rope_theta": 10000.0, "max_position_embeddings": 512, "hidden_size": 64,
-             "num_attention_heads": 4}
-    (step3 / "adapter").mkdir(parents=True), base.mkdir()
-    (base / "config.json").write_text(json.dumps(llama)), (step3 / "config.json").write_text(json.dumps(llama))
+    base, step3 = json_only_run(tmp_path)
     hub = tmp_path / "hf_cache"
-    repo = hub / ("models--" + NAME.replace("/", "--"))
-    _snapshot(repo, base, "main")
-    _snapshot(repo, base, "v2")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    (step3 / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": NAME,
-                                                                       "revision": "v3"}))
+    repo = snapshot(hub_repo(hub), base, "main")
+    snapshot(repo, base, "v2")
+    offline_hub(monkeypatch, hub, step3, revision="v3")
     monkeypatch.chdir(step3)
 
     def cached(revision):
