@@ -11,9 +11,10 @@ run holds out instead. Nothing is refused: a user may mean to measure on trained
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from torchtune_longshort.data.stdlib_corpus import (
     SELECTION_KEYS, STDLIB_SOURCES, stdlib_dir, stdlib_source_files)
@@ -65,14 +66,20 @@ def trained_selection(run_config: Path) -> Optional[Tuple[Dict[str, Any], Dict[s
     return {k: given.get(k, params[k].default) for k in SELECTION_KEYS}, given
 
 
-def selection_files(selection: Dict[str, Any]) -> Set[str]:
+def selection_files(selection: Dict[str, Any]) -> FrozenSet[str]:
     """The stdlib files (paths relative to the stdlib folder) ``stdlib_source_files(**selection)`` reads; none when
-    it reads none or cannot take the selection."""
+    it reads none or cannot take the selection. Listed once per process and selection: a task asks at each of its
+    lengths, for the run's selection and every stdlib source's."""
+    return _listed(tuple(sorted(selection.items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _listed(selection: Tuple[Tuple[str, Any], ...]) -> FrozenSet[str]:
     root = stdlib_dir()
     try:
-        return {p.relative_to(root).as_posix() for p in stdlib_source_files(**selection)}
+        return frozenset(p.relative_to(root).as_posix() for p in stdlib_source_files(**dict(selection)))
     except (FileNotFoundError, ValueError, TypeError):
-        return set()
+        return frozenset()
 
 
 def _keys_text(selection: Dict[str, Any], given: Dict[str, Any]) -> str:
