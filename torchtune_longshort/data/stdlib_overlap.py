@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set
 from torchtune_longshort.data.stdlib_corpus import (
     SELECTION_KEYS, STDLIB_SOURCES, stdlib_dir, stdlib_source_files)
 
-# The file the recipe writes its config to, in the run folder beside its step_<k> folders (training.written_files).
+# The file torchtune's metric logger writes the run's config to, in the run folder beside its step_<k> folders; its
+# one spelling here (training.written_files imports it: data sits below training).
 RUN_CONFIG = "torchtune_config.yaml"
 # The model_args keys that name a checkpoint folder (longshort: checkpoint_dir / pretrained; hf: pretrained, peft).
 CHECKPOINT_KEYS = ("checkpoint_dir", "pretrained", "peft")

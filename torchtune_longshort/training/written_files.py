@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
+from torchtune_longshort.data.stdlib_overlap import RUN_CONFIG
 from torchtune_longshort.output_guard import read_names, write_names
 from torchtune_longshort.temporary_files import temporary_of
 from torchtune_longshort.training.checkpointing import (
@@ -23,7 +24,7 @@ METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged st
 # torchtune_config.yaml; a file written aside is .<name>.<random>.tmp until renamed (atomic_write_text; <name>.tmp
 # from older versions, and atomic_torch_save's).
 # MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
-WRITTEN_HERE = (MARKER, LOCK, LATEST, RECIPE_STATE_DIR, STAGING, METRICS_FILE, "torchtune_config.yaml", MANIFEST,
+WRITTEN_HERE = (MARKER, LOCK, LATEST, RECIPE_STATE_DIR, STAGING, METRICS_FILE, RUN_CONFIG, MANIFEST,
                 REPLACED, DISCARDED)
 HERE = "."  # in ``written_here``: the metric logger writes into the output folder itself (log_dir == output_dir)
 
@@ -41,7 +42,7 @@ def entries_of_another_kind(out: Path, resume: bool = False) -> list:
     it held, or a file ``recipe_state``; a resume trained a step, then ended in '[Errno 21] Is a directory').
     ``resume``: only those a resume writes over (``latest``, ...), without ``metrics.jsonl`` (the resumed run's log
     refuses it in its own words)."""
-    files = (MARKER, LOCK, LATEST, "torchtune_config.yaml", MANIFEST) + (() if resume else (METRICS_FILE,))
+    files = (MARKER, LOCK, LATEST, RUN_CONFIG, MANIFEST) + (() if resume else (METRICS_FILE,))
     folder = () if resume else (RECIPE_STATE_DIR,)
     return sorted(p.name for p in Path(out).iterdir() if (p.name in files and (p.is_symlink() or p.is_dir()))
                   or (p.name in folder and (p.is_symlink() or not p.is_dir())))
