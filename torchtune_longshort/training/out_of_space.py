@@ -25,7 +25,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torchtune.config import instantiate
 
-from torchtune_longshort.disk_space import NO_ROOM, check_room, no_room, reason, room, room_text, size_text
+from torchtune_longshort.disk_space import (
+    NO_ROOM, check_room, no_room, reason, room, room_text, room_then, size_text,
+)
 from torchtune_longshort.models.peft_adapter import is_adapter_key, lora_modules
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path, saves_at
@@ -181,7 +183,8 @@ def stop_message(writing: str, step: int, ckpts: StepCheckpoints, per_checkpoint
                  error: BaseException) -> str:
     """The run's last line after ``writing`` found no room at ``step``: the disk's room, a checkpoint's size
     (``measured`` from the last one saved, else the estimate of the run's start), and the checkpoint ``resume=True``
-    continues from."""
+    continues from. The room is the one :func:`~torchtune_longshort.disk_space.note_room` kept on ``error`` when the
+    write failed (before its cleanup freed what it staged), else measured now."""
     latest = ckpts.latest(resumable=True)
     size = (f"; a checkpoint of this run takes {'' if measured else 'at least '}{size_text(per_checkpoint)}"
             if per_checkpoint else "")
@@ -193,6 +196,6 @@ def stop_message(writing: str, step: int, ckpts: StepCheckpoints, per_checkpoint
     stands = (f"the last complete checkpoint {latest} stands: {make}, then continue with resume=True"
               if latest is not None else
               f"no checkpoint of this run can be resumed: {make}, then start again with overwrite_output_dir=True")
-    have = room_text(ckpts.root)
+    have = room_then(error, ckpts.root, "the write failed")
     other = "; or set output_dir to a disk with room" if (head, fix) == NO_ROOM else ""
     return f"{head} writing {writing} after step {step} ({have}{size}): {reason(error)}; {stands}{other}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from torchtune import utils
 
 from torchtune_longshort.devices import out_of_memory_in, rank_rng_states
-from torchtune_longshort.disk_space import is_out_of_space, room
+from torchtune_longshort.disk_space import is_out_of_space, note_room, room
 from torchtune_longshort.training import out_of_space, recipe_checkpoints
 from torchtune_longshort.training.out_of_space import OutOfSpace
 
@@ -34,6 +34,7 @@ class RecipeSaving:
             except Exception as e:
                 if not is_out_of_space(e, self.ckpts.root):  # a folder made read-only: one line, as at the commit
                     raise (self.ckpts.refused(step, e) if isinstance(e, OSError) else e)
+                note_room(e, self.ckpts.root)  # the room the save found, before the cleanup below frees what it took
                 self.ckpts.clean_staging()  # what it staged frees its room; the step folders stay whole
                 raise OutOfSpace(out_of_space.stop_message(
                     f"checkpoint step_{step}", step, self.ckpts, self._checkpoint_bytes, self._saved_step is not None, e
