@@ -29,7 +29,7 @@ def _resumed(documents, shuffle_seed=None, saved_seed=None, consumed=5):
 
 CASES = {
     "empty files": (lambda t: local_text(_files(t, ["", " \n"])),
-                    r"dataset.path='.*' yields no non-empty documents \(2 file\(s\) read\): name files that hold text"),
+                    r"dataset.path='.*' yields no non-empty documents \(2 files read\): name files that hold text"),
     "resume past a stream's end": (lambda t: _resumed(lambda: iter(["a", "b"])),
                                    r"cannot resume: the corpus has only 2 documents but the saved state consumed 5 in "
                                    r"epoch 0" + RESUME_FIX),

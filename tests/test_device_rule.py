@@ -87,7 +87,7 @@ def test_more_cpu_processes_than_cores_is_warned_in_one_line_not_refused(tmp_pat
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    warning = ("3 processes on device=cpu, and this machine has 2 CPU core(s): each process gets less than one core, "
+    warning = ("3 processes on device=cpu, and this machine has 2 CPU cores: each process gets less than one core, "
                "so steps run slower than with fewer processes; use --nproc_per_node 2 or fewer")
     assert main(["tiny/longshort_stdlib.yaml", "batch_size=6", "--nproc_per_node", "3"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -317,8 +317,8 @@ def test_the_setup_log_says_what_data_the_run_reads(tmp_path):
     batcher = DualWindowBatcher(stream_of(make_docs()), L=16, e_range=(1, "L/4"), batch_size=2, world_size=2)
     said = data_summary(docs, batcher, accumulation=2, shuffle=True)
     assert said == (f"Data ready: local_text({str(tmp_path)!r}, 2 files), 4 records, shuffled; windows A = tokens "
-                    "[0, 16) and B = [e, 16 + e), e ~ U[1, 4]; 8 sample(s) a step (2 a micro-batch x 2 accumulation "
-                    "step(s) x 2 process(es))"), said
+                    "[0, 16) and B = [e, 16 + e), e ~ U[1, 4]; 8 samples a step (2 a micro-batch x 2 accumulation "
+                    "steps x 2 processes)"), said
     # a source that reads no files (a torchtune dataset) names its samples itself: no second count
     from torchtune_longshort.data.document_source import DocumentSource
 

@@ -18,7 +18,7 @@ from torchtune_longshort.eval.tasks.common.unavailable import RefusedText
 
 # lm-eval's console format: "%(asctime)s %(levelname)-8s [%(short_name)s:%(lineno)d] %(message)s"
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d:\d\d:\d\d:\d\d) (\w+)( +)\[([\w.]+):(\d+)\] (.*)$")
-DROPPED = "--use_cache: 1 refused request(s) of an earlier run dropped from the cache, to be asked again"
+DROPPED = "--use_cache: 1 refused request of an earlier run dropped from the cache, to be asked again"
 
 
 @pytest.fixture

@@ -193,9 +193,9 @@ def test_a_split_transformers_reads_is_kept_and_a_file_without_a_pre_type_is_not
 
 @pytest.mark.parametrize("drop, needle", [
     ("*", "holds no tensors (a vocabulary-only GGUF): convert the model's GGUF"),
-    (("blk.0.ffn_down.weight", "output_norm.weight"), "lacks 2 weight(s) of its LlamaForCausalLM (or holds them in "
+    (("blk.0.ffn_down.weight", "output_norm.weight"), "lacks 2 weights of its LlamaForCausalLM (or holds them in "
      "another shape): model.layers.0.mlp.down_proj.weight, model.norm.weight; transformers would start them random"),
-    ({"blk.0.ffn_up.weight": (24, 16)}, "lacks 1 weight(s) of its LlamaForCausalLM (or holds them in another shape): "
+    ({"blk.0.ffn_up.weight": (24, 16)}, "lacks 1 weight of its LlamaForCausalLM (or holds them in another shape): "
      "model.layers.0.mlp.up_proj.weight; transformers would start them random")])
 def test_a_gguf_without_its_weights_is_refused_before_anything_is_written(tmp_path, sp_tokenizer_dir, capsys, drop,
                                                                           needle):

@@ -75,7 +75,7 @@ def test_a_source_of_blank_records_alone_is_refused_as_blank_not_empty(tmp_path,
     with pytest.raises(ValueError) as refused:
         corpus.hf_text("json", data_files=str(path), streaming=streaming)
     assert str(refused.value) == (
-        "dataset 'json' split 'train' yields no non-empty documents: its 3 record(s) are all blank "
+        "dataset 'json' split 'train' yields no non-empty documents: its 3 records are all blank "
         "(dataset.text_field='text' is empty or whitespace-only in each): name data that holds text, or the field "
         "that holds it (dataset.text_field)")
 

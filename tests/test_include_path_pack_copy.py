@@ -45,7 +45,7 @@ def test_another_copy_of_the_pack_is_said_in_one_warning_naming_the_folder_that_
     own.mkdir()
     shutil.copy(pack / "ppl" / "longshort_ppl.yaml", own / "longshort_ppl.yaml")
     warned = _said(caplog, own, logging.WARNING)
-    assert len(warned) == 1 and f"holds 1 task name(s) of the installed pack {pack} (longshort_ppl)" in warned[0]
+    assert len(warned) == 1 and f"holds 1 task name of the installed pack {pack} (longshort_ppl)" in warned[0]
 
     own = tmp_path / "mine2"  # no name in common: the info line as before, no warning
     own.mkdir()

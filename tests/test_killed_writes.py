@@ -154,7 +154,7 @@ def test_temporary_folders_a_killed_process_left_are_removed_by_the_next_one(tmp
     assert mine.name.startswith(".model.converting_") and mine.is_dir()
     left = sorted(p.name for p in tmp_path.iterdir() if p != mine)
     assert left == [".model.converting_fresh", ".model.training_old", "model.converting_old"]
-    assert capsys.readouterr().err.count("removed 1 temporary folder(s) a killed process left") == 1
+    assert capsys.readouterr().err.count("removed 1 temporary folder a killed process left") == 1
 
 
 @pytest.mark.parametrize("option, fix", [("--out", "choose another --out,"),

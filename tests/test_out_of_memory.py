@@ -72,7 +72,7 @@ def test_a_real_allocator_failure_in_step_1_is_one_line(tmp_path, tiny_llama2_di
     errors = [line for line in p.stderr.splitlines() if "error" in line.lower()]
     assert p.returncode == 2 and len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     msg = errors[0]
-    assert msg.startswith("longshort_finetune: error: out of memory in step 1 on cpu (2 windows x 2048 sequence(s) "
+    assert msg.startswith("longshort_finetune: error: out of memory in step 1 on cpu (2 windows x 2048 sequences "
                           "x seq_len 64 = 262,144 tokens per forward; "), msg
     assert "(ulimit -v)" in msg and "DefaultCPUAllocator: can't allocate memory" in msg, msg
     assert ("No step had finished; start again with overwrite_output_dir=True and less memory per step, in this order: "
@@ -96,7 +96,7 @@ def test_out_of_memory_in_step_3_saves_step_2_and_resumes_exactly(recipe_cls, tm
     with pytest.raises(OutOfMemory) as info:
         _train(recipe_cls, make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=4))
     msg = one_line(info.value)
-    assert msg.startswith("out of memory in step 3 on cpu (2 windows x 4 sequence(s) x seq_len 64 = 512 tokens per "
+    assert msg.startswith("out of memory in step 3 on cpu (2 windows x 4 sequences x seq_len 64 = 512 tokens per "
                           "forward; "), msg
     assert f"The last good step is saved: {out / 'step_2'}; continue with resume=True and one of: " \
            "enable_activation_checkpointing=True (or start again with overwrite_output_dir=True" in msg, msg
@@ -183,5 +183,5 @@ def test_out_of_memory_in_the_optimizers_update_saves_nothing(recipe_cls, tmp_pa
     with pytest.raises(OutOfMemory) as info:
         _train(recipe_cls, make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=4))
     msg = one_line(info.value)
-    assert "out of memory in step 3 on cpu" in msg and "2 step(s) had finished, none saved; start again" in msg, msg
+    assert "out of memory in step 3 on cpu" in msg and "2 steps had finished, none saved; start again" in msg, msg
     assert not list(out.glob("step_[1-9]*"))

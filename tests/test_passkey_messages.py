@@ -115,7 +115,7 @@ def test_a_local_haystack_too_short_for_a_length_is_refused_before_lm_eval_start
     last = lo
     for length in (last - 1, last, last + 1, last + 3):
         assert bool(refused(length)) == task_unscored(length), length
-    assert re.fullmatch(rf"--metadata passkey_haystack_files='{re.escape(hay)}': its haystack \(3 line\(s\)\) makes "
+    assert re.fullmatch(rf"--metadata passkey_haystack_files='{re.escape(hay)}': its haystack \(3 lines\) makes "
                         rf"a passkey prompt of \d+ tokens with this tokenizer, and length {last + 1} needs one of more "
                         rf"than {last + 1 - 16} \(16 kept for the answer\): give a haystack of more text, or shorter "
                         r"lengths \(passkey_max_seq_lengths\)", refused(last + 1))

@@ -123,12 +123,12 @@ def test_paper_figure_says_which_curve_lost_points_to_nan_or_inf():
     ax = draw(paper_figure("1b", data)).axes[0]
     shown = [t.get_text() for t in ax.get_legend().get_texts()][:3]  # then the band's and l_train's entries
     assert shown == ["NoPE (no finite value below 1e+100: not drawn)",
-                     "ALiBi (1 length(s) without a finite value below 1e+100, not drawn)", "RoPE"], shown
+                     "ALiBi (1 length without a finite value below 1e+100, not drawn)", "RoPE"], shown
     # one seed of two overflowed (inf, and 1e267 from an OutRep inverse's expm1): the figure ended in matplotlib's
     # OverflowError after every run had trained; those lengths are left out of the mean and the band, and said
     data["ALiBi"]["mse"] = [1e-3 * l, np.where(l == 9, np.inf, np.where(l == 10, 1e267, 1e-3 * l))]
     ax = draw(paper_figure("1b", data)).axes[0]
-    assert ax.get_ylim()[1] < 1 and "ALiBi (2 length(s) without a finite value below 1e+100" in [
+    assert ax.get_ylim()[1] < 1 and "ALiBi (2 lengths without a finite value below 1e+100" in [
         t.get_text() for t in ax.get_legend().get_texts()][1]
 
 

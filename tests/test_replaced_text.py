@@ -21,6 +21,6 @@ def test_a_latin1_text_file_is_read_as_before_and_its_replaced_bytes_said_once(t
             assert docs == [raw.decode("utf-8", "replace"), "caf\u00e9\n"]  # scored as before
     said = [r.getMessage() for r in caplog.records if "replacement characters" in r.getMessage()]
     assert len(said) == 1, said
-    assert said[0].startswith(f"{corp / 'latin.txt'}: {replaced} byte(s) that are not utf-8 (the first: invalid "
+    assert said[0].startswith(f"{corp / 'latin.txt'}: {replaced} bytes that are not utf-8 (the first: invalid "
                               "continuation byte at byte 3)")
     assert "iconv" in said[0]

@@ -69,7 +69,7 @@ def test_a_file_added_that_holds_no_document_is_said(tmp_path, caplog):
     assert list(local_text(str(folder))()) == read  # the reference: the documents read are the same
     said = _warnings(folder, state, caplog)
     position = "its saved position (document 1 of pass 0) would land on"
-    same = (f"(the document count and the 3 other file(s) are the same: {position} the same document, and the run "
+    same = (f"(the document count and the 3 other files are the same: {position} the same document, and the run "
             "reads what it read before; nothing to do)")
     assert said == [f"resume: dataset local_text({str(folder)!r}, 4 files): {blank}, added since the run saved its "
                     f"data state, holds no document {same}"], said
@@ -82,7 +82,7 @@ def test_a_file_added_that_holds_no_document_is_said(tmp_path, caplog):
     with_blank = _state_after_reading(folder)
     blank.unlink()
     said = _warnings(folder, with_blank, caplog)
-    assert len(said) == 1 and "1 file(s) the run read, which held no document, are gone since the run saved its " \
+    assert len(said) == 1 and "1 file the run read, which held no document, is gone since the run saved its " \
         f"data state {same}" in said[0], said
     blank.write_text("  \n")
     (folder / "doc2.txt").write_text("edited " * 40)  # and one edited: the edited text, as before
@@ -96,7 +96,7 @@ def test_two_edited_files_are_both_counted(tmp_path, caplog):
     (folder / "doc1.txt").write_text("edited " * 40)
     (folder / "doc2.txt").write_text("edited too " * 40)
     said = _warnings(folder, state, caplog)
-    assert len(said) == 1 and f"{folder / 'doc1.txt'} (and 1 more file(s)) changed since" in said[0], said
+    assert len(said) == 1 and f"{folder / 'doc1.txt'} (and 1 more file) changed since" in said[0], said
 
 
 def test_digests_of_a_source_without_its_file_list_are_said_unmatched():

@@ -48,5 +48,5 @@ def test_run_cli_logs_longshort_evals_closing_line_for_a_task_that_raised(tmp_pa
     except SystemExit as e:
         code = e.code
     said = capsys.readouterr().err.strip().splitlines()[-1]
-    assert code == 1 and said.startswith("longshort-eval: error: 1 task(s) raised and are NaN: my_boom"), said
+    assert code == 1 and said.startswith("longshort-eval: error: 1 task raised and is NaN: my_boom"), said
     assert logged == [said[len("longshort-eval: error: "):].replace(" (exit status 1)", "")], (logged, said)

@@ -149,7 +149,7 @@ def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
     entropy = float(row.split("|")[5])
     assert math.isclose(entropy, ((5.0 - 0.3 + L / 1000) - (0.5 - 0.3 / 2)) / 2, rel_tol=1e-3)
     wall = md[md.index("## Wall time"):]
-    assert "- fine-tunes: 17 ok," in wall and "1 fine-tune(s) at once" in wall  # the failed run is not averaged
+    assert "- fine-tunes: 17 ok," in wall and "1 fine-tune at once" in wall  # the failed run is not averaged
 
     # Second invocation: the ok runs are skipped (no subprocess), the failed one is tried again and now passes.
     ex2 = FakeExecutor()

@@ -52,7 +52,7 @@ def test_a_command_over_budget_is_refused_with_its_arithmetic():
     with pytest.raises(ValueError) as e:
         plan.check_with(KEYS, jobs=3)
     assert str(e.value) == (
-        "plan.commands[1] (command 2: " + ", ".join(KEYS[1:]) + ") is estimated at 60 start + 3 wave(s) of up to 3 "
+        "plan.commands[1] (command 2: " + ", ".join(KEYS[1:]) + ") is estimated at 60 start + 3 waves of up to 3 "
         "fine-tunes x (110 train + 100 evaluation) = 690 s, over budget_s=540: split it into smaller commands")
 
 
@@ -146,7 +146,7 @@ def test_a_plan_over_its_budget_is_refused_at_load_with_the_arithmetic(real_mode
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert err.strip() == (
         REFUSED + "study config: plan.commands[2] (command 3: yarn_a0_s1, yarn_a0.1_s1, pi_a0_s2, pi_a0.1_s2, yarn_a0_s2, "
-        "yarn_a0.1_s2) is estimated at 60 start + 2 wave(s) of up to 3 fine-tunes x (105 train + 95 evaluation) = "
+        "yarn_a0.1_s2) is estimated at 60 start + 2 waves of up to 3 fine-tunes x (105 train + 95 evaluation) = "
         "460 s, over budget_s=450: split it into smaller commands")
     assert not (tmp_path / "o").exists()
 

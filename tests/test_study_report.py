@@ -315,7 +315,7 @@ def test_a_rebuilt_report_is_labelled_by_the_eval_settings_its_runs_recorded(tmp
     assert '`babilong.lengths: ["0k"]`, `babilong.n: 4`' in line and "`max_length: 512`" in line
     assert summary["eval_used"]["settings"]["ppl_source"] == "stdlib_tests"
     # the wall time's fine-tunes at once: the invocation's (its study.json), not the config's now (1)
-    assert "- the last invocation of the study command: 317 s (5.3 min), 3 fine-tune(s) at once\n" in md
+    assert "- the last invocation of the study command: 317 s (5.3 min), 3 fine-tunes at once\n" in md
     # runs that disagree: the report says so, each value with its runs, and keeps the config's label
     _committed_runs(tmp_path / "b" / "out", used, split={"base": {**used, "ppl_source": "stdlib_heldout"}})
     (tmp_path / "b" / "out" / "study.json").write_text(json.dumps({"wall_s_this_invocation": 317.1}))

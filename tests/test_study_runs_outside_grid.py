@@ -35,6 +35,6 @@ def test_runs_of_an_earlier_grid_are_named_not_silently_left_out(tmp_path, monke
                             "--report-only"]) == 0
     lines = capsys.readouterr().out.splitlines()
     said = [x for x in lines if "not in this config's grid" in x]
-    assert said == [f"[study] 1 run(s) in {out / 'runs'} not in this config's grid, left out of the report and "
+    assert said == [f"[study] 1 run in {out / 'runs'} not in this config's grid, left out of the report and "
                     f"kept: {', '.join(left)}"], lines
     assert (out / "runs" / "clex_a0.3_s0" / "result.json").is_file()

@@ -97,7 +97,7 @@ def test_a_task_that_raises_is_nan_with_its_reason_and_the_others_are_scored(tmp
         assert err.count(reason) == 2, err  # logged once, and in the closing line
     assert "second line" not in err and "Traceback" not in err
     last = [line for line in err.splitlines() if line.startswith("longshort-eval: error:")][-1]
-    assert last.startswith("longshort-eval: error: 4 task(s) raised and are NaN: ") and "exit status 1" in last
+    assert last.startswith("longshort-eval: error: 4 tasks raised and are NaN: ") and "exit status 1" in last
     assert all(reason in last for reason in said.values())
 
 
@@ -172,4 +172,4 @@ def test_a_generate_until_task_raising_while_building_runs_under_a_model_without
     assert results["results"]["my_genbuild"]["exact_match,none"] != results["results"]["my_genbuild"][
         "exact_match,none"]  # NaN
     last = [line for line in err.splitlines() if line.startswith("longshort-eval: error:")][-1]
-    assert last.startswith("longshort-eval: error: 1 task(s) raised and are NaN: " + reason), last
+    assert last.startswith("longshort-eval: error: 1 task raised and is NaN: " + reason), last

@@ -83,7 +83,7 @@ def test_an_mlp_that_is_not_position_wise_runs_untiled_with_one_line():
     model.layers[1].mlp = torch.nn.Identity()
     notes = []
     assert tile_mlps(model, 16, notes.append) == ["layers.0.mlp"]
-    assert notes[1] == ("tiled MLP: 1 MLP(s) of type Identity run untiled (not a position-wise torchtune FeedForward; "
+    assert notes[1] == ("tiled MLP: 1 MLP of type Identity runs untiled (not a position-wise torchtune FeedForward; "
                         "first: layers.1.mlp)")
     assert "forward" not in vars(model.layers[1].mlp)
     assert tile_mlps(_model(False), None, notes.append) == [] and len(notes) == 2

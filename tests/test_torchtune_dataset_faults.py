@@ -156,7 +156,7 @@ def test_a_run_stopped_at_a_bad_record_resumes_skipping_it(recipe_cls, tmp_path,
         resumed.train()
         resumed.cleanup()
     out = capsys.readouterr().out
-    assert re.search(r"step \d: skipped 1 unreadable record\(s\) \(dataset.skip_bad_records=True; 1 in this run\): "
+    assert re.search(r"step \d: skipped 1 unreadable record \(dataset.skip_bad_records=True; 1 in this run\): "
                      r".*late.jsonl:4: no text field", out)
     rows = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 8 and rows[-1]["records_skipped"] == 1
@@ -171,7 +171,7 @@ def test_a_run_stopped_at_a_bad_record_resumes_skipping_it(recipe_cls, tmp_path,
 
     cfg = _cfg(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, data, resume=True, max_steps=9)
     with pytest.raises(ValueError, match=r"resume=True with dataset.skip_bad_records=False: the run skipped 1 "
-                                         r"unreadable record\(s\) before step 8 .*resume with "
+                                         r"unreadable record before step 8 .*resume with "
                                          r"dataset.skip_bad_records=True"):
         recipe_cls(cfg).setup()
 

@@ -60,7 +60,7 @@ CASES = [
     # torchtune's list of datasets (their ConcatDataset): "dataset=[{...}, {...}] ... expected a mapping"
     ({"dataset": [{"_component_": TEXT_COMPLETION, "source": "text", "data_files": "a.txt"},
                   {"_component_": TEXT_COMPLETION, "source": "text", "data_files": "b.txt"}]},
-     r"^dataset is a list of 2 node\(s\), torchtune's ConcatDataset of them, .*data_files: \[a.json, b.json\]"),
+     r"^dataset is a list of 2 nodes, torchtune's ConcatDataset of them, .*data_files: \[a.json, b.json\]"),
     # torchtune's validation keys (after 0.6.1): hinted at log_every_n_steps and dataset
     ({"run_val_every_n_steps": 10}, r"'run_val_every_n_steps' \(torchtune's name: did you mean "
                                     r"'validation.every_n_steps'\?"),

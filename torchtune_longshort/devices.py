@@ -18,6 +18,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 import psutil
 import torch
 
+from torchtune_longshort.plural import counted
+
 T = TypeVar("T")
 
 ACCEPTED = "cpu, cuda, cuda:N or mps"
@@ -40,7 +42,7 @@ def device_problem(name: str) -> Union[str, None]:
             return "CUDA is not available on this machine"
         if index is not None and index >= torch.cuda.device_count():
             count = torch.cuda.device_count()
-            return f"this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})"
+            return f"this machine has {counted(count, 'CUDA device')} (cuda:0..cuda:{count - 1})"
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         return "MPS is not available on this machine"
     return None
@@ -53,8 +55,9 @@ def cpu_oversubscribed(device: Union[str, torch.device], processes: int) -> Opti
     cores = os.cpu_count()
     if str(device).split(":")[0] != "cpu" or cores is None or processes <= cores:
         return None
-    return (f"{processes} processes on device=cpu, and this machine has {cores} CPU core(s): each process gets less "
-            f"than one core, so steps run slower than with fewer processes; use --nproc_per_node {cores} or fewer")
+    return (f"{processes} processes on device=cpu, and this machine has {counted(cores, 'CPU core')}: each process "
+            f"gets less than one core, so steps run slower than with fewer processes; use --nproc_per_node {cores} or "
+            "fewer")
 
 
 CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # v2, v1

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional, Union
 
+from torchtune_longshort.plural import counted
 from torchtune_longshort.temporary_files import ABANDONED_AFTER_S
 from torchtune_longshort.umask import current_umask
 
@@ -70,7 +71,7 @@ def remove_abandoned(target: Path, tag: str, abandoned_after_s: float) -> None:
     for p in abandoned:
         shutil.rmtree(p, ignore_errors=True)
     if abandoned:
-        print(f"removed {len(abandoned)} temporary folder(s) a killed process left beside {target} "
+        print(f"removed {counted(len(abandoned), 'temporary folder')} a killed process left beside {target} "
               f"({', '.join(p.name for p in abandoned)})", file=sys.stderr)
 
 

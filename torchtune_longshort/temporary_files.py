@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Optional, Tuple
 
+from torchtune_longshort.plural import counted
+
 
 # :func:`new_temporary`'s names: ``.<name>.<8 hex digits>.tmp`` beside ``<name>``
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8}\.tmp$")
@@ -73,6 +75,6 @@ def remove_abandoned_temporaries(path: Path, abandoned_after_s: float = ABANDONE
         except OSError:
             continue
     if removed:
-        print(f"removed {len(removed)} temporary file(s) a killed process left beside {path} ({', '.join(removed)})",
-              file=sys.stderr)
+        print(f"removed {counted(len(removed), 'temporary file')} a killed process left beside {path} "
+              f"({', '.join(removed)})", file=sys.stderr)
 

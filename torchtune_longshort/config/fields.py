@@ -20,6 +20,7 @@ from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple
 from torchtune_longshort.config.annotations import check_annotated_args
 from torchtune_longshort.config.unknown_keys import ConfigKeyError, refuse_unknown
 from torchtune_longshort.config.values import Check, resolve_component
+from torchtune_longshort.plural import counted
 
 
 class _Marker:
@@ -255,8 +256,8 @@ def build_section(cls: type, node: Any, where: str = "", local: bool = True) -> 
     the recipe configs of runs whose start checkpoint does not exist yet, for a machine it may not run on."""
     hint = getattr(cls, "LIST_HINT", None)
     if isinstance(node, (list, tuple)) and hint is not None:
-        raise ValueError(f"{where} is a list of {len(node)} node(s), torchtune's ConcatDataset of them, which this "
-                         f"recipe does not take: {hint}")
+        raise ValueError(f"{where} is a list of {counted(len(node), 'node')}, torchtune's ConcatDataset of them, which "
+                         f"this recipe does not take: {hint}")
     if not isinstance(node, Mapping):
         raise ValueError(f"{where or 'the config'}={node!r} is not accepted: expected a mapping of keys to values")
     known = set(section_keys(cls))

@@ -49,6 +49,7 @@ from torchtune_longshort.data.text_files import (
 from torchtune_longshort.data.file_paths import resolve_files, warn_left_out
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.hf_loading import PG19_SOURCE, load_failure, read_failure, whole_text_files
+from torchtune_longshort.plural import counted
 
 Documents = Callable[[], Iterator[str]]
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst", ".tex")
@@ -153,11 +154,12 @@ def local_text(
     except DataRecordError as e:  # at the start: the message says how to go on
         raise mend_or_skip(e, names) from None
     if bad and launched_rank() == 0:  # every process of a launch reads the whole corpus: said once
-        log.warning("%s=%r: skipped %d unreadable record(s) (%s), first: %s",
-                    names("path"), path, len(bad), names.turned_on("skip_bad_records"), bad[0])
+        log.warning("%s=%r: skipped %s (%s), first: %s",
+                    names("path"), path, counted(len(bad), "unreadable record"), names.turned_on("skip_bad_records"),
+                    bad[0])
     if len(files_at) == len(bad):
-        raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({len(files)} file(s) read): "
-                         "name files that hold text")
+        raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({counted(len(files), 'file')} "
+                         "read): name files that hold text")
     earlier = {2: (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
                    "them out)" if hidden else None)}
     return DocumentSource(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read,
@@ -260,7 +262,8 @@ def check_hf_start(docs: Callable[[], Iterator[Any]], what: str, skip_bad_record
         raise
     except Exception as e:
         if blank and str(e) == f"{what} is empty":
-            raise ValueError(f"{what} yields no non-empty documents: its {len(blank)} record(s) are all blank "
+            raise ValueError(f"{what} yields no non-empty documents: its {counted(len(blank), 'record')} "
+                             f"{'is' if len(blank) == 1 else 'are all'} blank "
                              f"({names('text_field')}={text_field!r} is empty or whitespace-only in each): name data "
                              f"that holds text, or the field that holds it ({names('text_field')})") from None
         if str(e) == f"{what} is empty":

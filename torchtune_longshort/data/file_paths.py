@@ -137,8 +137,8 @@ def warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left
     if left and launched_rank() == 0:  # every process of a launch reads the source: said once
         named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
         way = f"; add theirs to {names('suffixes')} to read them" if named else ""
-        log.warning("%s=%r: %d file(s) in it are not read, their suffix not one of %s (first: %s)%s", names("path"),
-                    path, len(left), list(suffixes), left[0], way)
+        log.warning("%s=%r: %s in it %s not read, their suffix not one of %s (first: %s)%s", names("path"),
+                    path, counted(len(left), "file"), "is" if len(left) == 1 else "are", list(suffixes), left[0], way)
 
 
 DIGEST_BYTES = 8  # of each file's digest (file_digests)

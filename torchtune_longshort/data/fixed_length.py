@@ -10,6 +10,7 @@ from torchtune_longshort.data.corpus import Documents
 from torchtune_longshort.data.dual_window import PackedTokenStream
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.launcher import launched_rank
+from torchtune_longshort.plural import counted
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def counted_fixed_length_sequences(
         except ValueError as e:  # no documents, ids past the model's vocabulary: named by the source's setting
             raise ValueError(f"{where}: {e}") from None
     if stream.records_skipped and launched_rank() == 0:  # every process of a launch reads the same: said once
-        log.warning("%s: skipped %d unreadable record(s), first: %s", where, stream.records_skipped,
+        log.warning("%s: skipped %s, first: %s", where, counted(stream.records_skipped, "unreadable record"),
                     stream.new_skips()[0])
     return torch.tensor(rows, dtype=torch.long), stream.records_skipped
 

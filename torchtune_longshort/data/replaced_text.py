@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 from typing import Set
 
+from torchtune_longshort.plural import counted
+
 logger = logging.getLogger(__name__)
 
 _HANDLER = "torchtune_longshort.count_replaced"
@@ -42,8 +44,9 @@ def decoded_and_said(path: Path, raw: bytes, encoding: str, first: UnicodeDecode
     key = str(path.resolve())
     if key not in _SAID:
         _SAID.add(key)
-        logger.warning("%s: %d byte(s) that are not %s (the first: %s at byte %d) read as U+FFFD replacement "
+        logger.warning("%s: %s that %s not %s (the first: %s at byte %d) read as U+FFFD replacement "
                        "characters and scored so (training's reader refuses this file): convert it to %s (e.g. "
-                       "iconv -f LATIN1 -t UTF-8 %s > fixed.txt), or leave it out", path, _COUNT.bytes, encoding,
+                       "iconv -f LATIN1 -t UTF-8 %s > fixed.txt), or leave it out", path, counted(_COUNT.bytes, "byte"),
+                       "is" if _COUNT.bytes == 1 else "are", encoding,
                        first.reason, first.start, encoding, path)
     return text

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from torchtune_longshort.data.file_paths import DIGEST_BYTES
 from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
+from torchtune_longshort.plural import counted
 
 # The data state's "reading" mark, raised each time a source reads the same files otherwise: 2 since 2026-12-05, when
 # local_text left a folder's hidden files out and hf_text read text files whole; 3 since 2026-12-06, when hf_text
@@ -83,8 +84,9 @@ def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[byt
         return ""
     n = DIGEST_BYTES
     old, new = ([d[i:i + n] for i in range(0, len(d), n)] for d in (saved, now))
-    same = (f"the document count and the {min(len(old), len(new))} other file(s) are the same: {position} the same "
-            "document, and the run reads what it read before; nothing to do")
+    others = min(len(old), len(new))
+    same = (f"the document count and the {counted(others, 'other file')} {'is' if others == 1 else 'are'} the same: "
+            f"{position} the same document, and the run reads what it read before; nothing to do")
     if len(old) != len(new) and len(files) == len(new):
         added, gone = _left_over(new, old), _left_over(old, new)
         if added:
@@ -92,15 +94,16 @@ def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[byt
             return (f"{named}, added since the run saved its data state, hold{'s' if len(added) == 1 else ''} no "
                     f"document ({same})")
         if gone:
-            return (f"{len(gone)} file(s) the run read, which held no document, are gone since the run saved its "
-                    f"data state ({same})")
+            return (f"{counted(len(gone), 'file')} the run read, which held no document, "
+                    f"{'is' if len(gone) == 1 else 'are'} gone since the run saved its data state ({same})")
     if len(old) != len(new) or len(files) != len(new):
         edited = (f"its {len(new)} files are not the {len(old)} the run read (files added or removed, others "
                   "changed, the document count the same)")
     else:
         indices = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
         changed = [str(files[i]) for i in indices]
-        edited = f"{changed[0]}{f' (and {len(changed) - 1} more file(s))' if len(changed) > 1 else ''} changed"
+        more = f" (and {counted(len(changed) - 1, 'more file')})" if len(changed) > 1 else ""
+        edited = f"{changed[0]}{more} changed"
         affects = reach(indices) if reach is not None else None
         if affects:
             return (f"{edited} since the run saved its data state (its size or first MiB); {affects}. To train on "

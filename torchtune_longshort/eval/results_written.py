@@ -23,6 +23,7 @@ from typing import Callable, Iterator, List, Optional
 
 from torchtune_longshort.disk_space import check_not_full, is_full, room_text
 from torchtune_longshort.output_guard import atomic_write_text
+from torchtune_longshort.plural import counted
 from torchtune_longshort.refusals import Refusal
 
 
@@ -144,7 +145,7 @@ class SavedResults:
         full = is_full(folder)
         why = (f"the disk is full ({room_text(folder)})" if full else
                f"{room_text(folder)}; lm-eval's warning above (\"Could not save ...\") says why")
-        return (f"lm-eval could not write {len(self.failed)} results file(s): {'; '.join(self.failed[:3])}"
+        return (f"lm-eval could not write {counted(len(self.failed), 'results file')}: {'; '.join(self.failed[:3])}"
                 f"{' ...' if len(self.failed) > 3 else ''}: {why}. Its scores are in the table above; "
                 f"{'free space there' if full else 'mend that'} (or pass another --output_path) and run again")
 

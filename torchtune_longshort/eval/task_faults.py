@@ -34,6 +34,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from torchtune_longshort.disk_space import is_out_of_space
 from torchtune_longshort.eval.tasks.common.unavailable import NOT_SCORED_KEY, RefusedText
+from torchtune_longshort.plural import counted
 from torchtune_longshort.refusals import show_traceback
 from torchtune_longshort.rope.checkpoint_code import UntrustedCheckpointCode
 
@@ -88,8 +89,9 @@ class TaskFaults:
         every = {**self.earlier, **self.reasons}
         if not every or self.rank != 0:
             return None
-        return (f"{len(every)} task(s) raised and are NaN: {'; '.join(every.values())}; the run went on "
-                "without them: the other tasks' scores and these reasons are in its results"
+        return (f"{counted(len(every), 'task')} raised and {'is' if len(every) == 1 else 'are'} NaN: "
+                f"{'; '.join(every.values())}; the run went on without them: the other tasks' scores and these reasons "
+                "are in its results"
                 + (f" (exit status {EXIT_STATUS})" if exit_status else ""))
 
     # ------------------------------------------------------------------ the wraps

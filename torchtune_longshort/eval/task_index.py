@@ -25,6 +25,7 @@ from typing import FrozenSet, Iterator, List, Sequence
 from lm_eval import tasks as lm_tasks
 
 from torchtune_longshort.eval.tasks import tasks_path
+from torchtune_longshort.plural import counted
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def overriding_line(argv: Sequence[str], include_path: str) -> str:
         return ""
     asked = [n for n in task_names(argv) if n in both]
     what = (f"is another copy of the task pack (every task name of the installed pack {pack} is there too)"
-            if ours <= theirs else f"holds {len(both)} task name(s) of the installed pack {pack} ("
+            if ours <= theirs else f"holds {counted(len(both), 'task name')} of the installed pack {pack} ("
             f"{', '.join(both[:3])}{', ...' if both[3:] else ''})")
     return (f"--include_path {include_path} {what}: lm-eval runs {include_path}'s YAMLs for "
             f"{', '.join(asked) if asked else 'them'}, not the installed pack's (the folder included last wins; the "

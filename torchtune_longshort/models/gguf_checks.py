@@ -7,6 +7,7 @@ import logging
 import re
 from pathlib import Path
 
+from torchtune_longshort.plural import counted
 from torchtune_longshort.started_as import EVAL_MAIN, advised_command
 
 UPGRADE = "pip install -U gguf, or convert another quantization of the model (F16, BF16, Q8_0, the Q*_K ones)"
@@ -94,9 +95,9 @@ def check_complete(gguf: Path, model: str, loaded: dict) -> None:
     mismatched = [k[0] if isinstance(k, tuple) else k for k in loaded.get("mismatched_keys") or []]
     bad = [*(loaded.get("missing_keys") or []), *mismatched]
     if bad:
-        raise ValueError(f"--gguf {str(gguf)!r} lacks {len(bad)} weight(s) of its {model} (or holds them in another "
-                         f"shape): {', '.join(sorted(bad)[:4])}{' ...' if len(bad) > 4 else ''}; transformers would "
-                         "start them random: the file is incomplete, or of a layout transformers does not map")
+        raise ValueError(f"--gguf {str(gguf)!r} lacks {counted(len(bad), 'weight')} of its {model} (or holds them in "
+                         f"another shape): {', '.join(sorted(bad)[:4])}{' ...' if len(bad) > 4 else ''}; transformers "
+                         "would start them random: the file is incomplete, or of a layout transformers does not map")
 
 
 class _HeldReport(logging.Filter):

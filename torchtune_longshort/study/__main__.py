@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from torchtune_longshort.plural import counted
 from torchtune_longshort.refusals import (ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal,
                                           stopped_while_importing, user_path, utf8_text)
 
@@ -158,7 +159,7 @@ def _report(study: Study, report_dir: Path, note: str, only: Optional[List[str]]
     drawn = f"plots in {report_dir}: {', '.join(plots)}" if plots else "no plots"
     others = _outside_grid(study)
     if others:  # an earlier config's runs (a seed, alpha or method dropped since): said, not silently left out
-        print(f"[study] {len(others)} run(s) in {study.out / RUNS_DIR} not in this config's grid, left out "
+        print(f"[study] {counted(len(others), 'run')} in {study.out / RUNS_DIR} not in this config's grid, left out "
               f"of the report and kept: {', '.join(others)}")
     print(f"[study] report: {report_dir / 'report.md'}, summary.json; {drawn}  ({time.time() - t0:.0f} s; {counts})")
     return _outcome(study, summary["runs"], only)

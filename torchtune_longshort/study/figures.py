@@ -25,6 +25,7 @@ from torchtune_longshort.plots.panels import (fraction_text, heatmap_size, panel
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.plots.not_drawn import positions_not_drawn
+from torchtune_longshort.plural import counted
 from torchtune_longshort.refusals import ArgumentParser, fault_line, one_line, refusal, user_path
 from torchtune_longshort.study.base_config import pypi_paths_only
 from torchtune_longshort.study.claim_figures import claim_plots
@@ -369,7 +370,7 @@ def main(argv=None) -> int:
         if line is None:
             raise
         return refusal(prog, line)
-    print(f"redrew {len(made)} figure(s) in {a.report}: {', '.join(made)}")
+    print(f"redrew {counted(len(made), 'figure')} in {a.report}: {', '.join(made)}")
     return 0
 
 

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, List, Sequence, Tuple
 
+from torchtune_longshort.plural import counted
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.config.values import number
 
@@ -65,8 +66,8 @@ class PlanConfig(StudySection):
         waves = math.ceil(len(fine) / jobs)
         total = p.start_s + (p.base_eval_s if BASE_KEY in keys else 0.0) + waves * (p.train_s + p.eval_s)
         base = f" + {p.base_eval_s:g} base evaluation" if BASE_KEY in keys else ""
-        line = (f"{p.start_s:g} start{base} + {waves} wave(s) of up to {jobs} fine-tunes x ({p.train_s:g} train + "
-                f"{p.eval_s:g} evaluation) = {total:g} s")
+        line = (f"{p.start_s:g} start{base} + {counted(waves, 'wave')} of up to {jobs} fine-tunes x "
+                f"({p.train_s:g} train + {p.eval_s:g} evaluation) = {total:g} s")
         return total, line
 
     def check_with(self, run_keys: Sequence[str], jobs: int, path: str = "plan") -> None:

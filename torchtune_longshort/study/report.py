@@ -24,6 +24,7 @@ from torchtune_longshort.output_guard import (
     atomic_copy, atomic_write_json, atomic_write_text, check_output_folder, read_json, undone_on_failure,
 )
 from torchtune_longshort.plots.available import matplotlib_problem
+from torchtune_longshort.plural import counted
 from torchtune_longshort.provenance import provenance, provenance_markdown
 from torchtune_longshort.study.base_failure import base_gate_refusal
 from torchtune_longshort.study.claim_figures import claim_plots
@@ -136,7 +137,7 @@ def _wall_markdown(recs: Dict[str, Dict[str, Any]], wall: Optional[float], jobs:
     if wall is not None:
         done = all(r.get("status") != "not run" for r in recs.values())
         md += [f"- the last invocation of the study command: {wall:.0f} s ({wall / 60:.1f} min)"
-               + (f", {jobs} fine-tune(s) at once" if isinstance(jobs, int) else "")
+               + (f", {counted(jobs, 'fine-tune')} at once" if isinstance(jobs, int) else "")
                + ("" if done else "; it did not finish the grid: runs above are marked not run")]
     base = recs.get("base") or {}
     if base.get("status") == "ok":  # a stage with no clock (a base not evaluated: eval.eval_base false) says so

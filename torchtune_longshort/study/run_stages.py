@@ -23,6 +23,7 @@ from torchtune_longshort.eval.report.results_io import (load_curves, load_not_sc
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 from torchtune_longshort.eval.tasks.babilong.generator import WRITTEN as BABILONG_WRITTEN
 from torchtune_longshort.eval.tasks.babilong.official_prompts import PROMPT_KEY, PROMPT_STYLES, check_prompt_style
+from torchtune_longshort.plural import counted
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
@@ -268,8 +269,8 @@ class RunStages(RunConfigs):
                 spec_file.unlink(missing_ok=True)
                 kept = remove_lm_eval_files(eval_dir)
                 if kept:
-                    self.log(f"[study] {key}: kept {len(kept)} file(s) in {eval_dir} that lm-eval did not write: "
-                             f"{', '.join(str(p.relative_to(eval_dir)) for p in kept)}")
+                    self.log(f"[study] {key}: kept {counted(len(kept), 'file')} in {eval_dir} that lm-eval did not "
+                             f"write: {', '.join(str(p.relative_to(eval_dir)) for p in kept)}")
         argv = ev.command(self.eval_model_args(checkpoint, extrapolate), tasks, eval_dir,
                           self.task_metadata(self._babilong_data()), self.root)
         have = run_eval(self.executor, argv, rdir / EVAL_LOG, self.root, self.env, self.timeout, eval_dir, tasks)

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
+from torchtune_longshort.plural import counted
 from torchtune_longshort.refusals import (
     REFUSED, ArgumentParser, fault_line, one_line, quiet_when_the_reader_leaves, refusal, show_traceback, stoppable,
     stopped_while_importing, user_path,
@@ -235,7 +236,7 @@ def _replot(paper: List[str], beyond: List[str], out: str) -> int:
         written = (replot_figures(paper, out) if paper else []) + (replot_beyond(beyond, out) if beyond else [])
     except (OSError, ValueError) as e:
         return refusal(PROG, fault_line(e) or one_line(e))
-    print(f"redrew {len(written)} figure(s): {', '.join(written)}")
+    print(f"redrew {counted(len(written), 'figure')}: {', '.join(written)}")
     return 0
 
 

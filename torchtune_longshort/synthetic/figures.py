@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from torchtune_longshort.plots.axes import below_x_axis, count_axis, mark_quick, series_style, value_axis
+from torchtune_longshort.plural import counted
 from torchtune_longshort.synthetic.theory import length_error_closed_form, sum_error_closed_form
 
 FIGURE_TITLES = {
@@ -147,7 +148,7 @@ def non_finite_said(lines) -> None:
         bad = int((~np.isfinite(np.asarray(line.get_ydata(), dtype=float))).sum())
         if bad:
             what = (f"no finite value below {DRAWN_AT_MOST:g}: not drawn" if bad == len(line.get_ydata())
-                    else f"{bad} length(s) without a finite value below {DRAWN_AT_MOST:g}, not drawn")
+                    else f"{counted(bad, 'length')} without a finite value below {DRAWN_AT_MOST:g}, not drawn")
             line.set_label(f"{line.get_label()} ({what})")
 
 

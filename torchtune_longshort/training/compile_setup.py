@@ -44,6 +44,7 @@ from torch import nn
 from torch._dynamo.utils import counters, guard_failures
 from torchtune.modules import TransformerCrossAttentionLayer, TransformerSelfAttentionLayer
 
+from torchtune_longshort.plural import counted
 from torchtune_longshort.training.module_names import clean_module_name
 
 COMPILED_LAYERS = (TransformerSelfAttentionLayer, TransformerCrossAttentionLayer)
@@ -145,8 +146,8 @@ class CompiledCall:
             else:
                 why = newest_guard_failure(failures) or "TORCH_LOGS=recompiles says which"
                 state.note(
-                    f"compile: {self.name} compiled {new} more graph(s) at its call {self.calls} ({seconds:.1f} s; "
-                    f"{state.graphs} in all): a guard of the earlier graphs failed ({why})"
+                    f"compile: {self.name} compiled {counted(new, 'more graph')} at its call {self.calls} "
+                    f"({seconds:.1f} s; {state.graphs} in all): a guard of the earlier graphs failed ({why})"
                 )
         return out
 

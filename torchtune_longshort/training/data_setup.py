@@ -22,6 +22,7 @@ from torchtune_longshort.data.dual_window import PackedTokenStream, check_random
 from torchtune_longshort.devices import rng_states, set_rng_states
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
+from torchtune_longshort.plural import counted
 from torchtune_longshort.rope import ScaledRoPE
 from torchtune_longshort.rope.samplers import check_position_bound
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
@@ -128,9 +129,9 @@ def data_summary(documents, batcher, accumulation: int, shuffle: bool) -> str:
     micro, world_size = batcher.batch_size, batcher.world_size
     batch_size = micro * accumulation * world_size
     return (f"Data ready: {documents.description}{records}{', shuffled' if shuffle else ''}; windows A = tokens "
-            f"[0, {batcher.L}) and B = [e, {batcher.L} + e), e ~ U[{batcher.e_lo}, {batcher.e_hi}]; {batch_size} "
-            f"sample(s) a step ({micro} a micro-batch x {accumulation} accumulation step(s) x {world_size} "
-            "process(es))")
+            f"[0, {batcher.L}) and B = [e, {batcher.L} + e), e ~ U[{batcher.e_lo}, {batcher.e_hi}]; "
+            f"{counted(batch_size, 'sample')} a step ({micro} a micro-batch x "
+            f"{counted(accumulation, 'accumulation step')} x {counted(world_size, 'process', 'processes')})")
 
 
 def build_position_sampler(

@@ -16,6 +16,7 @@ import torch
 
 from torchtune_longshort.disk_space import naming
 from torchtune_longshort.output_guard import atomic_write_text
+from torchtune_longshort.plural import counted
 from torchtune_longshort.provenance import provenance
 from torchtune_longshort.training.written_files import METRICS_FILE
 
@@ -175,8 +176,8 @@ class RunLog:
         if new and self.enabled:
             from tqdm import tqdm
 
-            tqdm.write(f"step {step}: skipped {new} unreadable record(s) (dataset.skip_bad_records=True; {total} in "
-                       f"this run): {'; '.join(messages[:3])}{'; ...' if new > 3 else ''}")
+            tqdm.write(f"step {step}: skipped {counted(new, 'unreadable record')} (dataset.skip_bad_records=True; "
+                       f"{total} in this run): {'; '.join(messages[:3])}{'; ...' if new > 3 else ''}")
 
     def log_step(self, step: int, sums: Mapping[str, float], lr: float, norms: Mapping[str, float], device,
                  world_size: int = 1) -> None:

@@ -21,6 +21,7 @@ from torchtune_longshort.models.family_builders import NF4_BLOCK as _NF4_BLOCK
 from torchtune_longshort.models.hf_checkpoint import own_tensors, shape_mismatch
 from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.scratch_config import DIMENSION_KEYS
+from torchtune_longshort.plural import counted
 from torchtune_longshort.training.learned_rope import shard_model
 from torchtune_longshort.training.module_names import clean_module_name
 
@@ -90,7 +91,7 @@ def check_quantized_shapes(model: nn.Module, world_size: int) -> None:
                 bad.append(f"{name} {tuple(p.shape)}")
     if bad:
         raise ValueError(
-            f"QLoRA (NF4) cannot quantize/shard {len(bad)} weight(s) at world_size={world_size}: "
+            f"QLoRA (NF4) cannot quantize/shard {counted(len(bad), 'weight')} at world_size={world_size}: "
             f"{bad[:3]}... Each quantized weight needs numel divisible by 64 * 256 * world_size = "
             f"{_NF4_BLOCK * world_size} (and dim 0 by world_size); choose model dimensions that satisfy it "
             "(e.g. embed_dim 256, intermediate_dim 768 for 2 processes) or quantize_base=False"

@@ -19,6 +19,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from torchtune_longshort.devices import free_bytes
+from torchtune_longshort.plural import counted
 from torchtune_longshort.refusals import Refusal
 
 # Rows of the loss's [rows, vocab] buffers per chunk that kept the 1B shape's loss phase below its backward peak on an
@@ -77,8 +78,9 @@ def describe(what: str, step: int, config, device: torch.device, num_chunks: int
     :func:`remedies`."""
     micro = config.batch_size // (world_size * config.gradient_accumulation_steps)
     memory = _memory(device)
-    happened = (f"out of memory in step {step} on {device} (2 windows x {micro} sequence(s) x seq_len {config.seq_len}"
-                f" = {2 * micro * config.seq_len:,} tokens per forward{'; ' + memory if memory else ''}): {what[:300]}")
+    happened = (f"out of memory in step {step} on {device} (2 windows x {counted(micro, 'sequence')} x seq_len "
+                f"{config.seq_len} = {2 * micro * config.seq_len:,} tokens per forward"
+                f"{'; ' + memory if memory else ''}): {what[:300]}")
     return (happened, *remedies(config, device, num_chunks, world_size))
 
 
@@ -87,7 +89,7 @@ def stop_message(happened: str, resumable: List[str], new_run: List[str], finish
     """The refusal: what happened, then how to go on from the last saved step (settings a resume may change) or
     from the start (those and the new-run ones)."""
     if saved is None:
-        done = "No step had finished" if finished == 0 else f"{finished} step(s) had finished, none saved"
+        done = "No step had finished" if finished == 0 else f"{counted(finished, 'step')} had finished, none saved"
         return (f"{happened}. {done}; start again with overwrite_output_dir=True and less memory per step, in this "
                 f"order: {'; '.join(resumable + new_run)}")
     fixes = "; ".join(resumable) or "none left"

@@ -29,6 +29,7 @@ from torchtune_longshort.disk_space import (
     NO_ROOM, check_room, no_room, reason, room, room_text, room_then, size_text,
 )
 from torchtune_longshort.models.peft_adapter import is_adapter_key, lora_modules
+from torchtune_longshort.plural import counted
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.checkpointing import StepCheckpoints, recipe_state_path, saves_at
 
@@ -132,8 +133,9 @@ def forecast(output_dir: Path, plan: CheckpointPlan, step: int, measured: bool, 
     """The line that says at which save (``step``) the disk fills, for the saves of ``plan``."""
     n = len(plan.steps)
     return (f"output_dir {output_dir} has {room_text(output_dir)}"
-            f"{f' (and {size_text(reclaimed)} in the earlier run it replaces)' if reclaimed else ''}; the {n} "
-            f"checkpoint(s) this run still saves take {'' if measured else 'at least '}"
+            f"{f' (and {size_text(reclaimed)} in the earlier run it replaces)' if reclaimed else ''}; the "
+            f"{counted(n, 'checkpoint')} this run still saves take{'s' if n == 1 else ''} "
+            f"{'' if measured else 'at least '}"
             f"{size_text(plan.held_after(n))} ({size_text(plan.weights)} of weights each, and {size_text(plan.state)} "
             f"of optimizer state in each of the keep_recipe_states={plan.keep} newest"
             f"{', as the last one measured' if measured else ''}): the disk fills at the save of step {step} unless "
@@ -189,7 +191,8 @@ def stop_message(writing: str, step: int, ckpts: StepCheckpoints, per_checkpoint
     size = (f"; a checkpoint of this run takes {'' if measured else 'at least '}{size_text(per_checkpoint)}"
             if per_checkpoint else "")
     older = [p for k in ckpts.steps() if (p := ckpts.path(k)) != latest and k > 0]
-    held = (f" (the {len(older)} step folder(s) besides {latest.name} hold {size_text(sum(map(folder_bytes, older)))})"
+    held = (f" (the {counted(len(older), 'step folder')} besides {latest.name} hold{'s' if len(older) == 1 else ''} "
+            f"{size_text(sum(map(folder_bytes, older)))})"
             if older and latest is not None else "")
     head, fix = no_room(error)
     make = f"make room{held}" if (head, fix) == NO_ROOM else fix

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from torchtune import config as tt_config
 from torchtune import utils as tt_utils
 
+from torchtune_longshort.plural import counted
 from torchtune_longshort.training.recipe_config.profiler import ProfilerConfig
 
 
@@ -50,7 +51,7 @@ class StepProfiler:
         say(f"Profiler: traces of optimizer steps {first_step + self._record_from + 1}..{first_step + self._record_to}"
             f" ({schedule}, counted from this process's first step, {first_step + 1}) go to {trace_dir}")
         if steps_to_run <= self._record_from:  # a resumed run with few steps left (a new one is refused earlier)
-            say(f"Profiler: this process trains {steps_to_run} step(s), and the first traced one is step "
+            say(f"Profiler: this process trains {counted(steps_to_run, 'step')}, and the first traced one is step "
                 f"{first_step + self._record_from + 1}: no trace will be written; lower profiler.wait_steps / "
                 "warmup_steps")
 

@@ -19,6 +19,7 @@ import torch
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, read_hf_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
+from torchtune_longshort.plural import counted
 from torchtune_longshort.training.checkpointing import StepCheckpoints, read_recipe_state
 from torchtune_longshort.config.fields import resume_policies, with_checked_values, with_own_defaults
 from torchtune_longshort.training.recipe_config.paths import resolved_config
@@ -300,9 +301,10 @@ def check_skipped_records(recipe_state: Dict[str, Any], skip_bad_records: bool) 
     would stop at the first of them while it seeks that position. Refused, naming the key."""
     skipped = int(recipe_state.get("data", {}).get("stream", {}).get("records_skipped", 0))
     if skipped and not skip_bad_records:
-        raise ValueError(f"resume=True with dataset.skip_bad_records=False: the run skipped {skipped} unreadable "
-                         f"record(s) before step {recipe_state['step']} with dataset.skip_bad_records=True, and its "
-                         "data position counts them; resume with dataset.skip_bad_records=True")
+        raise ValueError(f"resume=True with dataset.skip_bad_records=False: the run skipped "
+                         f"{counted(skipped, 'unreadable record')} before step {recipe_state['step']} with "
+                         "dataset.skip_bad_records=True, and its data position counts them; resume with "
+                         "dataset.skip_bad_records=True")
 
 
 def restore_optimizer(recipe_state: Dict[str, Any], model, optimizer, lr_scheduler, distributed: bool, device) -> None:

@@ -34,6 +34,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torchtune.modules import FeedForward
 
+from torchtune_longshort.plural import counted
 from torchtune_longshort.training.module_names import clean_module_name
 
 TILED = (FeedForward,)  # position-wise MLP modules; any other ``mlp`` runs untiled
@@ -78,7 +79,7 @@ def tile_mlps(model: nn.Module, tile_tokens: int | None, note: Callable[[str], N
     note(f"tiled MLP: {len(tiled)} decoder layers' MLPs run over tiles of {tile_tokens} token rows, each recomputed "
          "in the backward pass")
     for kind, names in untiled.items():
-        note(f"tiled MLP: {len(names)} MLP(s) of type {kind} run untiled (not a position-wise torchtune FeedForward; "
-             f"first: {names[0]})")
+        note(f"tiled MLP: {counted(len(names), 'MLP')} of type {kind} run{'s' if len(names) == 1 else ''} untiled "
+             f"(not a position-wise torchtune FeedForward; first: {names[0]})")
     return tiled
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, List, MutableMapping
 from lm_eval.api.model import hash_args
 
 from torchtune_longshort.eval.tasks.common.unavailable import refusal_of
+from torchtune_longshort.plural import counted
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,8 @@ def drop_refusals(cache: MutableMapping[str, Any]) -> int:
         commit = getattr(cache, "commit", None)
         if commit is not None:
             commit()
-        logger.info("--use_cache: %d refused request(s) of an earlier run dropped from the cache, to be asked again",
-                    len(refused))
+        logger.info("--use_cache: %s of an earlier run dropped from the cache, to be asked again",
+                    counted(len(refused), "refused request"))
     return len(refused)
 
 

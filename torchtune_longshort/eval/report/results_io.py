@@ -34,6 +34,7 @@ from torchtune_longshort.eval.tasks.common.lengths import parse_length
 from torchtune_longshort.eval.tasks.common.unavailable import (
     ERROR_METRIC, LIMIT_LEFT_OUT_KEY, NOT_SCORED_KEY, NOT_SCORED_LENGTHS_KEY,
 )
+from torchtune_longshort.plural import counted
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def _sample_rows(path: str, _mtime_ns: int, _size: int) -> Tuple[Dict[str, Any],
             continue
         rows.append(row if isinstance(row, dict) else {})
     if bad:
-        logger.warning("%s: %d line(s) not JSON (line %d first), skipped", path, len(bad), bad[0])
+        logger.warning("%s: %s not JSON (line %d first), skipped", path, counted(len(bad), "line"), bad[0])
     return tuple(rows)
 
 

@@ -15,6 +15,7 @@ from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.output_guard import (
     atomic_open, atomic_write_json, atomic_write_text, check_output_folder, read_json, save_figure, undone_on_failure,
 )
+from torchtune_longshort.plural import counted
 from torchtune_longshort.provenance import differs, provenance, provenance_markdown
 from torchtune_longshort.study.claims_markdown import md_table
 from torchtune_longshort.study.table1.analysis import PREDICTORS, TARGETS, analyze, rho_text
@@ -103,9 +104,10 @@ def _measured_section(cfg: Table1Config, command: str) -> List[str]:
             + ". No training: each variant is the pre-trained checkpoint with its RoPE scaled at load "
             f"(`longshort` eval model, `rope=<method>`, factor = length / {cfg.L0} unless given), run at each length "
             f"of {[length_label(n) for n in cfg.lengths]} with the task pack (`longshort_ppl`, `longshort_passkey`, "
-            f"`longshort_misalignment`), {ev.dtype} on {ev.device}. Per cell: {ev.ppl_num_samples} perplexity "
-            f"sequence(s) of the full length from `{ev.ppl_source}`, {ev.mis_num_samples} misalignment sample(s) "
-            f"(suffix lengths l1, l2 ~ U[L/2, L], seeded), {ev.passkey_num_samples} passkey prompt(s) per depth; "
+            f"`longshort_misalignment`), {ev.dtype} on {ev.device}. Per cell: "
+            f"{counted(ev.ppl_num_samples, 'perplexity sequence')} of the full length from `{ev.ppl_source}`, "
+            f"{counted(ev.mis_num_samples, 'misalignment sample')} (suffix lengths l1, l2 ~ U[L/2, L], seeded), "
+            f"{counted(ev.passkey_num_samples, 'passkey prompt')} per depth; "
             f"task metadata {json.dumps(ev.metadata or {})}. Every variant sees the same texts, draws and prompts.",
             "", "Variants: " + "; ".join(f"`{k}` = {v.rope}" for k, v in cfg.variants.items()) + ".", "",
             "Cells read: a number (with how many of its samples could not be scored, and why, when some could "

@@ -197,8 +197,8 @@ class Table1:
         if eval_dir.is_dir():  # lm-eval's files of another spec or a failed attempt; a file of the user's stays
             kept = remove_lm_eval_files(eval_dir)
             if kept:
-                self.log(f"[table1] {cell_key(variant, length)}: kept {len(kept)} file(s) in {eval_dir} that lm-eval "
-                         f"did not write: {', '.join(str(p.relative_to(eval_dir)) for p in kept)}")
+                self.log(f"[table1] {cell_key(variant, length)}: kept {counted(len(kept), 'file')} in {eval_dir} "
+                         f"that lm-eval did not write: {', '.join(str(p.relative_to(eval_dir)) for p in kept)}")
         cdir.mkdir(parents=True, exist_ok=True)
         rec: Dict[str, Any] = {"key": cell_key(variant, length), "variant": variant, "length": length,
                                "method": self.cfg.variants[variant].method, "status": "running",
@@ -248,7 +248,7 @@ class Table1:
         self.log(f"[table1] {counted(len(cells), 'cell')} ({counted(len(self.cfg.variants), 'variant')} x "
                  f"{counted(len(self.cfg.lengths), 'length')}), {len(cells) - len(todo)} done before, {len(todo)} "
                  f"to run, {self.cfg.jobs} at once"
-                 + (f", {self.cfg.threads} thread(s) each" if self.cfg.threads else ""))
+                 + (f", {counted(self.cfg.threads, 'thread')} each" if self.cfg.threads else ""))
         for v, n in cells:
             if (v, n) not in todo:
                 self.log(f"[table1] {cell_key(v, n)}: result.json present (ok), skipped")

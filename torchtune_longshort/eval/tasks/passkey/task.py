@@ -36,6 +36,7 @@ from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks.common.unavailable import (
     TaskDataError, check_fits_model, nan_results, reason_of, refusal_of,
 )
+from torchtune_longshort.plural import counted
 
 logger = logging.getLogger(__name__)
 FAMILY = TASK_FAMILIES["passkey"]
@@ -288,7 +289,7 @@ def check_haystack_fills(metadata: Mapping[str, Any]) -> None:
     total = min(n_tokens(len(units), depth, key) for depth, key in cells)  # each sample, as the task builds them
     if total <= budget:
         raise TaskDataError(
-            f"passkey_haystack_files={files!r}: its haystack ({len(units)} line(s)) makes a passkey prompt of "
+            f"passkey_haystack_files={files!r}: its haystack ({counted(len(units), 'line')}) makes a passkey prompt of "
             f"{total} tokens with this tokenizer, and length {length} needs one of more than {budget} ({GEN_BUDGET} "
             f"kept for the answer): give a haystack of more text, or shorter lengths "
             f"({METADATA_PREFIX}_max_seq_lengths)")
