@@ -14,8 +14,9 @@ Layout of a run's ``output_dir`` (torchtune's: the resumable state beside the mo
 A checkpoint is first written completely under ``.staging/`` (the folder and its recipe state), then moved to
 ``step_<k>`` with one ``os.rename``, which is atomic on POSIX file systems, and its state to ``recipe_state/``
 (``os.replace``); older states are deleted only after that, and ``.staging/`` goes once empty. A run killed while
-saving therefore leaves only a stale staging folder, which the next save or resume discards; every ``step_<k>``
-folder is complete, and :meth:`StepCheckpoints.latest` picks the newest (``resumable``: whose state is there too).
+saving therefore leaves only a stale staging folder, which the next save discards (a state whose step folder was
+committed is moved in: :func:`state_file`); every ``step_<k>`` folder is complete, and
+:meth:`StepCheckpoints.latest` picks the newest (``resumable``: whose state is there too).
 """
 
 from __future__ import annotations
@@ -75,6 +76,22 @@ def recipe_state_path(step_dir: PathLike) -> Path:
     return step_dir.parent / RECIPE_STATE_DIR / f"{step_dir.name}.pt"
 
 
+def state_file(step_dir: PathLike) -> Path:
+    """Where the recipe state of ``step_dir`` is read from: :func:`recipe_state_path`, or, for a save killed between
+    its step folder's commit and its state's move, the state it left staged (``.staging/step_<k>.pt``, complete: it
+    is written as ``.tmp`` and renamed), when ``step_<k>/`` is committed (its :data:`MANIFEST`) and no staged copy of
+    the folder is still there. That step was refused as a resume point ('step_4 is whole, but not its optimizer and
+    data state'), its state beside it; :meth:`StepCheckpoints.clean_staging` moves it in."""
+    step_dir = Path(step_dir)
+    path = recipe_state_path(step_dir)
+    staged_dir = step_dir.parent / STAGING / step_dir.name
+    staged = staged_state_path(staged_dir)
+    if (not os.path.lexists(path) and staged.is_file() and not staged.is_symlink()
+            and (step_dir / MANIFEST).is_file() and not os.path.lexists(staged_dir)):
+        return staged
+    return path
+
+
 def read_recipe_state(step_dir: PathLike, mmap: bool = False) -> dict:
     """The recipe state saved with the step folder ``step_dir`` (onto the CPU; ``mmap``: its tensors not read). A file
     that does not load as one is refused in one line naming it and torch's error, with what to do: it ended the resume
@@ -82,7 +99,7 @@ def read_recipe_state(step_dir: PathLike, mmap: bool = False) -> dict:
     for most lengths a state is cut at, 'OSError: [Errno 22] Invalid argument'), exit 1. Only a file that is cut
     short (:func:`~.state_words.cut_short`) is said to be, or one of zeros, not one of another format put in its
     place."""
-    path = recipe_state_path(step_dir)
+    path = state_file(step_dir)
     try:
         # map_location: a one-GPU run saves its optimizer states as CUDA tensors; read onto the CPU, they go to each
         # parameter's device when the optimizer loads them
@@ -125,7 +142,7 @@ class StepCheckpoints:
         for p in self.root.iterdir():
             m = STEP_PATTERN.match(p.name)
             try:
-                if not (m and p.is_dir()) or (resumable and not recipe_state_path(p).is_file()):
+                if not (m and p.is_dir()) or (resumable and not state_file(p).is_file()):
                     continue
             except PermissionError as e:  # recipe_state/ without search access
                 raise unreadable_state(recipe_state_path(p), e) from e
@@ -213,12 +230,18 @@ class StepCheckpoints:
 
     def clean_staging(self) -> None:
         """Discard what a killed save left behind: the entries the recipe writes in ``.staging/`` (a step folder
-        being written or replaced, its staged state), never another (:meth:`foreign_staged`, refused before a run)."""
+        being written or replaced, its staged state), never another (:meth:`foreign_staged`, refused before a run);
+        a staged state whose step folder was committed (:func:`state_file`) is moved into ``recipe_state/``."""
         staging = self.staging_root
         if not staging.is_dir() or staging.is_symlink():
             return
         for p in staging.iterdir():
             if not self._own_staged(p):
+                continue
+            if p.name.endswith(".pt") and state_file(self.root / p.stem) == p:  # a commit the kill cut: finish it
+                recipe_state_path(self.root / p.stem).parent.mkdir(exist_ok=True)
+                os.replace(p, recipe_state_path(self.root / p.stem))
+                self._prune_states()
                 continue
             if p.is_dir():
                 shutil.rmtree(p)

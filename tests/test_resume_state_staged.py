@@ -1,0 +1,61 @@
+"""A save SIGKILLed between its step folder's commit and its recipe state's move into ``recipe_state/`` (the two
+renames of ``StepCheckpoints.commit``). Before: ``resume=True`` refused the run ('step_4 is whole, but not its
+optimizer and data state recipe_state/step_4.pt: to train on from its weights, start a new run with
+checkpoint_dir=...'), or went back to an older step, while that state lay complete in ``.staging/step_4.pt``. Now
+step_4 is the resume point, its state read where the kill left it, and the next save's clean-up moves it in."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+
+class Killed(BaseException):
+    """Stands for a SIGKILL at that instant: no ``except Exception`` and no clean-up of the recipe's runs."""
+
+
+def test_a_save_killed_before_its_state_moved_in_resumes_from_that_step(tmp_path, sp_tokenizer_dir, monkeypatch):
+    from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
+    from torchtune_longshort.models.hf_model import decoder_config, hf_decoder
+    from torchtune_longshort.training.checkpointing import (
+        StepCheckpoints, atomic_torch_save, read_recipe_state, recipe_state_path, staged_state_path,
+    )
+
+    node = dict(family="llama", vocab_size=512, num_layers=1, num_heads=2, num_kv_heads=2, embed_dim=32,
+                max_seq_len=128)
+    write_hf_checkpoint(tmp_path / "ckpt", hf_decoder(**node).state_dict(), decoder_config(node),
+                        tokenizer=sp_tokenizer_dir)
+    out = tmp_path / "run"
+    ckpts = StepCheckpoints(out)
+    staged = ckpts.staging_root / "step_2"
+    shutil.copytree(tmp_path / "ckpt", staged)
+    atomic_torch_save({"step": 2}, staged_state_path(staged))
+    ckpts.commit(staged, 2)
+    staged = ckpts.staging_root / "step_4"
+    shutil.copytree(tmp_path / "ckpt", staged)
+    atomic_torch_save({"step": 4, "marker": "four"}, staged_state_path(staged))
+    replace = os.replace
+
+    def killed(src, dst):  # the state's move into recipe_state/: the run dies first
+        if Path(dst).parent.name == "recipe_state":
+            raise Killed
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(Killed):
+        ckpts.commit(staged, 4)
+    monkeypatch.setattr(os, "replace", replace)
+    assert (out / "step_4").is_dir() and not recipe_state_path(out / "step_4").exists()  # the kill's moment
+    left = out / ".staging" / "step_4.pt"
+    assert torch.load(left, weights_only=False) == {"step": 4, "marker": "four"}
+
+    assert ckpts.latest(resumable=True) == out / "step_4"  # before: step_2
+    assert read_recipe_state(out / "step_4") == torch.load(left, weights_only=False)
+    ckpts.clean_staging()  # as the resumed run's first save does
+    assert torch.load(recipe_state_path(out / "step_4"), weights_only=False) == {"step": 4, "marker": "four"}
+    assert not (out / ".staging").exists() and sorted(p.name for p in (out / "recipe_state").iterdir()) == [
+        "step_4.pt"]  # keep_recipe_states=1: step_2's state pruned, as the commit would have
