@@ -58,6 +58,7 @@ with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while 
     from torchtune_longshort.rope.checkpoint_code import checkpoint_code
     from torchtune_longshort.models.rope_override import factor_from_length_note, parameters_as_typed, parse_override
     from torchtune_longshort.output_guard import atomic_write_text, strict_json
+    from torchtune_longshort.plural import counted
     from torchtune_longshort.provenance import provenance
     from torchtune_longshort.training.cpu_allocator import keep_freed_blocks_on
     from torchtune_longshort.windows import suffix_length_range
@@ -268,6 +269,9 @@ def _main(argv=None) -> int:
     opened = _open_checkpoint(args, ap)
     folder, tok = opened.folder, opened.tokenizer
     keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
+    # what started and how much there is, before the model load and the corpus read (seconds without a word)
+    print(f"{_prog()}: measuring {counted(args.num_samples, 'sample')} of {args.length} tokens from --data "
+          f"{args.data} on {args.device}; loading {folder.path} ...", file=sys.stderr, flush=True)
     with parameters_as_typed(opened.rope_override, WHERE):
         model = load_hf_checkpoint(folder, rope=opened.rope_override, max_seq_len=args.length, device=args.device,
                                    length_field="--length")
