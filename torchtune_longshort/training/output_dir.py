@@ -89,8 +89,11 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
             raise FileExistsError(f"resume=True: {p} is {what}, where the recipe keeps {p.stem}'s optimizer and "
                                   f"data state (a file): move it out of {RECIPE_STATE_DIR}/, then resume")
         if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
-            hint = ((StepCheckpoints(out).why_not_resumable() or "a run killed before its first save leaves only "
-                     "step_0: start it again with overwrite_output_dir=True") if (out / MARKER).is_file() else
+            # step_0 (a run from scratch's start) is there only once its setup passed: a run from a checkpoint, or one
+            # killed before that, leaves none (the line said "leaves only step_0" there too)
+            left = "only step_0" if StepCheckpoints(out).path(0).is_dir() else "no step folder"
+            hint = ((StepCheckpoints(out).why_not_resumable() or f"a run killed before its first save leaves {left}: "
+                     "start it again with overwrite_output_dir=True") if (out / MARKER).is_file() else
                     "it does not exist: start the run without resume=True" if not out.exists() else
                     StepCheckpoints(out).not_made_here())
             raise FileNotFoundError(

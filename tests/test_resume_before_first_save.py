@@ -1,0 +1,48 @@
+"""``resume=True`` on a run killed before its first save: the refusal says what the folder holds. A run from a
+checkpoint (it never writes ``step_0``), and one from scratch killed before its setup committed ``step_0`` (it waits
+in ``.staging``), were told 'a run killed before its first save leaves only step_0', a folder they do not have.
+
+Reference: the folder itself (``os.path.isdir``), and the overwrite the line advises, which the folder's rules take."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from run_folders import commit_step, recipe_made
+from torchtune_longshort.refusals import fault_line
+from torchtune_longshort.training.output_dir import check_output_dir
+
+
+def _from_checkpoint(run, tiny_llama2_dir):
+    """Killed in its first steps: marker, logs, metrics, the config torchtune's logger wrote; no step folder."""
+    (run / "logs").mkdir()
+    (run / "logs" / ".longshort_files").write_text("[]\n")  # its metric logger's files, listed at its start
+    (run / "torchtune_config.yaml").write_text("seed: 0\n")
+
+
+def _from_scratch_in_setup(run, tiny_llama2_dir):
+    """Killed while its setup read its start back from ``.staging/step_0`` (not committed yet)."""
+    (run / ".staging").mkdir()
+    (run / ".staging" / "step_0").mkdir()
+    (run / ".staging" / "step_0" / "config.json").write_text("{}")
+
+
+def _from_scratch_after_setup(run, tiny_llama2_dir):
+    """Killed after its setup committed ``step_0`` (no recipe state: not a resume point)."""
+    commit_step(run, 0, tiny_llama2_dir, state=False)
+
+
+@pytest.mark.parametrize("killed", [_from_checkpoint, _from_scratch_in_setup, _from_scratch_after_setup])
+def test_a_resume_of_a_run_killed_before_its_first_save_names_only_what_is_there(tmp_path, tiny_llama2_dir, killed):
+    run = recipe_made(tmp_path / "run")
+    killed(run, tiny_llama2_dir)
+    with pytest.raises(FileNotFoundError) as refused:
+        check_output_dir(run, resume=True, overwrite=False)
+    line = fault_line(refused.value)
+    assert line is not None and "\n" not in line
+    assert "a run killed before its first save leaves" in line, line
+    assert ("step_0" in line) == os.path.isdir(run / "step_0"), line
+    assert "start it again with overwrite_output_dir=True" in line, line
+    check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))  # the advice: the folder's rules take that overwrite
