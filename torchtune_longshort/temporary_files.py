@@ -55,15 +55,15 @@ def new_temporary(path: Path, mode: str, _claim: Optional[Callable[[Path], None]
     raise FileExistsError(errno.EEXIST, f"no free temporary name beside {path} in 100 tries", str(path))
 
 
-def remove_abandoned_temporaries(path: Path, abandoned_after_s: float = ABANDONED_AFTER_S) -> None:
+def remove_abandoned_temporaries(path: Path, abandoned_after_s: float = ABANDONED_AFTER_S, say: bool = True) -> list:
     """:func:`new_temporary`'s files of ``path`` that a killed writer left (``.<name>.<8 hex>.tmp`` beside it, a
     plain file of this user's with one link, untouched for ``abandoned_after_s``: a live writer's is newer), removed
-    once a later write of ``path`` is in place, with one line naming them; any other file (a link, another user's,
-    another name) stays, and one that cannot be removed is left."""
+    once a later write of ``path`` is in place, with one line naming them (``say``); any other file (a link, another
+    user's, another name) stays, and one that cannot be removed is left. Returns the names removed."""
     try:
         found = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
     except OSError:  # a folder that cannot be listed: nothing is removed
-        return
+        return []
     removed = []
     for tmp in found:
         try:
@@ -74,7 +74,8 @@ def remove_abandoned_temporaries(path: Path, abandoned_after_s: float = ABANDONE
                 removed.append(tmp.name)
         except OSError:
             continue
-    if removed:
+    if removed and say:
         print(f"removed {counted(len(removed), 'temporary file')} a killed process left beside {path} "
               f"({', '.join(removed)})", file=sys.stderr)
+    return removed
 

@@ -38,7 +38,8 @@ from torchtune_longshort.training.checkpointing import (
     RECIPE_STATE_DIR, STAGING, PathLike, StepCheckpoints,
 )
 from torchtune_longshort.training.written_files import (
-    HERE, files_under, entries_of_another_kind, foreign_written, record_written, written_by_recipe,
+    HERE, files_under, entries_of_another_kind, foreign_written, record_written, remove_killed_writes,
+    written_by_recipe,
 )
 from torchtune_longshort.training.overwrite_rules import Input, check_deletable, deletion_rank
 
@@ -327,6 +328,8 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         if mend:  # under the lock: a live run's start in progress refuses
             mend_interrupted_start(out)
             check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+        if resume:  # what a kill inside a whole-file write left: under the lock, no one else writes those files
+            remove_killed_writes(out, written_here)
         if not resume and not made and any(p.name != LOCK for p in out.iterdir()):  # allowed: overwrite
             lock.earlier_run = (tuple(protect), tuple(written_here))
         else:

@@ -7,12 +7,14 @@ nothing else (:func:`foreign_written` names what it holds besides).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 from torchtune_longshort.data.stdlib_overlap import RUN_CONFIG
 from torchtune_longshort.output_guard import read_names, write_names
-from torchtune_longshort.temporary_files import temporary_of
+from torchtune_longshort.plural import counted
+from torchtune_longshort.temporary_files import remove_abandoned_temporaries, temporary_of
 from torchtune_longshort.training.checkpointing import (
     LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, listed_entry,
 )
@@ -26,6 +28,8 @@ METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged st
 # MANIFEST at the top lists what the metric logger wrote there when its log_dir is the output folder itself (HERE).
 WRITTEN_HERE = (MARKER, LOCK, LATEST, RECIPE_STATE_DIR, STAGING, METRICS_FILE, RUN_CONFIG, MANIFEST,
                 REPLACED, DISCARDED)
+# the files at the top of an output folder that the recipe writes whole (atomic_write_text: aside, then renamed)
+WRITTEN_WHOLE = (MARKER, LATEST, METRICS_FILE, MANIFEST)
 HERE = "."  # in ``written_here``: the metric logger writes into the output folder itself (log_dir == output_dir)
 
 
@@ -104,3 +108,23 @@ def foreign_written(output_dir: PathLike, written_here: Sequence[str]) -> list:
         else:
             out += sorted(_joined(name, f) for f in files if f not in (listed or ()))
     return out
+
+
+def remove_killed_writes(output_dir: PathLike, written_here: Sequence[str] = ()) -> List[str]:
+    """The temporary files of the recipe's whole-file writes (``.<name>.<8 hex>.tmp``,
+    :func:`~torchtune_longshort.output_guard.atomic_open`) that a run killed while writing left beside a file it writes
+    in ``output_dir`` (``latest``, ``metrics.jsonl``, its marker, a list of files) or beside the list of files of a
+    log folder of ``written_here``, removed with one line naming them; returns their paths in ``output_dir``. Called
+    under the folder's lock, where no other process writes those files, so they need not be a day old, as
+    ``atomic_open`` asks of them at the next write of the same file (a resumed run left them there). Only a plain file
+    of this user's by that exact name goes (:func:`~torchtune_longshort.temporary_files.remove_abandoned_temporaries`),
+    never a file or link of the user's."""
+    out = Path(output_dir)
+    beside = [(HERE, name) for name in WRITTEN_WHOLE] + [(n, MANIFEST) for n in written_here if n != HERE]
+    removed = [_joined(where, tmp) for where, name in beside
+               if (out / where).is_dir() and not (out / where).is_symlink()
+               for tmp in remove_abandoned_temporaries(out / where / name, 0, say=False)]
+    if removed:
+        print(f"removed {counted(len(removed), 'temporary file')} that a run killed while writing left in output_dir="
+              f"{str(out)!r}: {', '.join(removed)}", file=sys.stderr)
+    return removed
