@@ -242,6 +242,7 @@ class StepCheckpoints:
                 recipe_state_path(self.root / p.stem).parent.mkdir(exist_ok=True)
                 os.replace(p, recipe_state_path(self.root / p.stem))
                 self._prune_states()
+                atomic_write_text(self.root / LATEST, p.stem + "\n")  # the commit's last write
                 continue
             if p.is_dir():
                 shutil.rmtree(p)

@@ -149,8 +149,12 @@ class RecipeSetup:
                                                 declared_vocab(cfg)[0], self._documents)
         recipe_state = self._setup_output_dir()
         if recipe_state is not None and self.global_step >= self.stop_at:
-            # a job scheduler's requeue of a finished run: nothing to train, so no model, data or log is made
+            # a job scheduler's requeue of a finished run: nothing to train, so no model, data or log is made; a last
+            # save killed between its step folder's rename and its state's move is finished, as a finished run's
+            # folder holds its last state alone (keep_recipe_states), no .staging/
             self.finished = True
+            if self._is_rank_zero:
+                self.ckpts.clean_staging()
             return
         # metrics.jsonl's lines a resume keeps, read and checked now: a bad line is refused before the logger starts
         # (a log file, torchtune_config.yaml rewritten) or anything else is written
