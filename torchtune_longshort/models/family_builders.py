@@ -26,21 +26,31 @@ class UnsupportedModelError(ValueError):
 
 
 def rope_theta_entry(config: Config) -> Tuple[str, Any]:
-    """Where a config.json holds its pre-trained RoPE base, and the value as written: ``rope_theta``, else inside
-    transformers 5's ``rope_parameters``, else inside ``rope_scaling`` (``"rope_parameters.rope_theta"``, ...);
-    ``("rope_theta", 10000.0)`` where none does (transformers' default)."""
+    """Where a config.json holds its pre-trained RoPE base, and the value as written, as transformers 5 reads it
+    (``convert_rope_params_to_dict``): inside the RoPE entry (``rope_scaling`` where set, else ``rope_parameters``),
+    else the top-level ``rope_theta`` (``"rope_parameters.rope_theta"``, ...); ``("rope_theta", 10000.0)`` where
+    none does (transformers' default). The entry's wins where both hold one."""
+    key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+    entry = config.get(key)
+    if isinstance(entry, dict) and "rope_theta" in entry:  # setdefault there: a null one is the one read
+        return f"{key}.rope_theta", entry["rope_theta"]
     if config.get("rope_theta") is not None:
         return "rope_theta", config["rope_theta"]
-    parameters, scaling = config.get("rope_parameters"), config.get("rope_scaling")
-    if isinstance(parameters, dict) and parameters.get("rope_theta") is not None:
-        return "rope_parameters.rope_theta", parameters["rope_theta"]
-    if isinstance(scaling, dict) and "rope_theta" in scaling:
-        return "rope_scaling.rope_theta", scaling["rope_theta"]
     return "rope_theta", 10_000.0
 
 
+def with_rope_theta(config: Config, base: float) -> Dict[str, Any]:
+    """A copy of ``config`` whose pre-trained RoPE base (:func:`rope_theta`) is ``base``: set at the top level and in
+    the RoPE entry where :func:`rope_theta_entry` reads it there."""
+    key = rope_theta_entry(config)[0].split(".")[0]
+    new = {**config, "rope_theta": base}
+    if key != "rope_theta":
+        new[key] = {**config[key], "rope_theta": base}
+    return new
+
+
 def rope_theta(config: Config) -> float:
-    """The pre-trained RoPE base of a config.json (``rope_theta``, or inside transformers 5's ``rope_parameters``):
+    """The pre-trained RoPE base of a config.json (inside its RoPE entry, else ``rope_theta``):
     :func:`rope_theta_entry`'s value."""
     return float(rope_theta_entry(config)[1])
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from torchtune_longshort.devices import check_fits, require_device
 from torchtune_longshort.models.families import check_family_beside, family_named
-from torchtune_longshort.models.family_builders import UnsupportedModelError
+from torchtune_longshort.models.family_builders import UnsupportedModelError, with_rope_theta
 from torchtune_longshort.models.folder_rope import (Folder, effective_rope_spec, keeps_learned_rope, pretrained_rope,
                                                     scaling_start_past_checkpoint)
 from torchtune_longshort.models.hf_checkpoint import (
@@ -91,7 +91,7 @@ def build_decoder(
     base0, plain_len = pretrained_rope(folder)
     spec = None if plain_rope else effective_rope_spec(folder, rope)
     if spec is None:
-        config = folder.config if base0 is None else {**folder.config, "rope_theta": base0}
+        config = folder.config if base0 is None else with_rope_theta(folder.config, base0)
         return _folder_decoder(folder, config, max_seq_len or plain_len, lora)
     target = _target_length(spec, rope, max_seq_len, plain_len)
     if rope is None and has_learned_parameters(spec["method"]) and spec.get("max_seq_len"):

@@ -205,7 +205,7 @@ def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json")
     key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
     entry = dict(config.get(key) or {})
     kind = entry.get("rope_type") or entry.get("type") or "default"
-    theta = float(entry.get("rope_theta") or config.get("rope_theta") or 10_000.0)
+    theta = rope_theta(config)
     max_pos = native_positions(config)
     if kind == "default":
         return None
