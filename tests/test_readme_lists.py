@@ -168,11 +168,20 @@ def synthetic_drift() -> List[str]:
 
 
 def loss_drift() -> List[str]:
+    """The divergence names, and each argument of the loss table's calls (``LongShortLoss(alpha, ...)``) against
+    ``inspect.signature`` of what it names."""
+    import inspect
+
     from torchtune_longshort import loss
 
-    listed = [n.strip('"') for n in _ticked(_between(README.read_text(), "`DIVERGENCES` lists the divergence names (",
-                                                      ")"))]
-    return _compare("README's divergence names", listed, loss.DIVERGENCES, "DIVERGENCES")
+    text = README.read_text()
+    listed = [n.strip('"') for n in _ticked(_between(text, "`DIVERGENCES` lists the divergence names (", ")"))]
+    drift = _compare("README's divergence names", listed, loss.DIVERGENCES, "DIVERGENCES")
+    for row in _table_rows(_between(text, "## The loss (`torchtune_longshort.loss`)", "`DIVERGENCES`"), "| name |"):
+        name, args = re.fullmatch(r"`(\w+)\((.*)\)`", row[0]).groups()
+        drift += _compare(f"README's {name} row", [a.split("=")[0].strip() for a in args.split(",")],
+                          inspect.signature(getattr(loss, name)).parameters, f"{name}'s signature")
+    return drift
 
 
 def report_drift() -> List[str]:
@@ -300,6 +309,16 @@ def _fake_divergence(monkeypatch):
     return "loss", "'fake_divergence'"
 
 
+def _fake_loss_argument(monkeypatch):
+    from torchtune_longshort import loss
+
+    def mean_divergence(logits_a, logits_b, mask=None, divergence="sce", fake_argument=None):
+        pass
+
+    monkeypatch.setattr(loss, "mean_divergence", mean_divergence)
+    return "loss", "'fake_argument'"
+
+
 def _fake_section(monkeypatch):
     from torchtune_longshort.study import config, grid
     fake = dataclasses.make_dataclass("FakeStudy", [("fake_section", grid.Variants, dataclasses.field(default=None))],
@@ -310,7 +329,7 @@ def _fake_section(monkeypatch):
 
 @pytest.mark.parametrize("fake", [_fake_rope, _fake_sampler, _fake_task, _fake_metric, _fake_needs, _fake_dims_family,
                                   _fake_format, _fake_dataset, _fake_qa, _fake_synthetic, _fake_beyond,
-                                  _fake_cell, _fake_section, _fake_divergence],
+                                  _fake_cell, _fake_section, _fake_divergence, _fake_loss_argument],
                          ids=lambda f: f.__name__[1:])
 def test_a_registry_entry_no_list_names_is_named_by_its_check(monkeypatch, fake):
     check, entry = fake(monkeypatch)
