@@ -166,14 +166,14 @@ def smollm2_setup(work: Path, shape: Shape) -> Setup:
                  "SmolLM2-135M-Instruct (real weights, vocab 49152 tied, GQA 9/3)")
 
 
-def prepare_data(work: Path) -> Path:
-    """The stdlib sources (tests excluded) as JSONL, for both recipes."""
+def prepare_data(work: Path, limit: Optional[int] = None) -> Path:
+    """The stdlib sources (tests excluded; the first ``limit`` files, else all) as JSONL, for both recipes."""
     from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
 
-    data = work / "stdlib.jsonl"
+    data = work / ("stdlib.jsonl" if limit is None else f"stdlib_{limit}.jsonl")
     if not data.is_file():
         with open(data, "w") as f:
-            for t in iter_stdlib_documents(include_tests=False):
+            for t in iter_stdlib_documents(include_tests=False, limit=limit):
                 f.write(json.dumps({"text": t}) + "\n")
     return data
 
