@@ -196,7 +196,8 @@ def hf_text(
     :mod:`~.text_files`, so the error names the file and line (a :class:`~.text_files.DataRecordError`, at the start
     or mid-run) instead of the parser's row.
 
-    Text files (``source="text"``, or a local folder of ``*.txt``) are read whole, one document a file, as
+    Text files (``source="text"``, or a local folder ``datasets`` reads with its text builder: mostly ``*.txt``) are
+    read whole, one document a file, as
     :func:`local_text` reads them (``datasets``' text builder makes each *line* a record: ``sample_by="line"``).
     """
     names = current_names()
@@ -232,7 +233,7 @@ def hf_text(
                                     skip_bad_records)
 
     src = DocumentSource(lambda: filter(kept, docs()), f"hf_text({source!r}, name={name!r}, split={split!r}, "
-                  f"field={text_field!r})", earlier_reading={2: earlier, 3: partial(empties_before, docs)})
+                  f"field={text_field!r})", earlier_reading={**earlier, 3: partial(empties_before, docs)})
     if check_first:
         check_hf_start(docs, f"{section} {source!r} split {split!r}", skip_bad_records, text_field, names,
                        lambda e: load_failure(section, source, name, split, e, names), files)

@@ -39,26 +39,39 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
                            "retries: the source (hub, network, disk) failed mid-run")
 
 
-def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[str]]:
+def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[int, str]]:
     """``load_dataset_kwargs`` with ``sample_by="document"`` where ``datasets``' text builder reads ``source`` and
     none is given (one document a file, as :func:`local_text` reads), and how earlier versions read it then (the
-    source's ``earlier_reading``); else the kwargs as given and None."""
+    source's ``earlier_reading``: ``{mark: clause}``); else the kwargs as given and ``{}``."""
     if "sample_by" in load_dataset_kwargs or not _text_builder(source):
-        return load_dataset_kwargs, None
-    return ({**load_dataset_kwargs, "sample_by": "document"},
-            "read text files one record a line (this version reads each whole, one document a file)")
+        return load_dataset_kwargs, {}
+    said = "read text files one record a line (this version reads each whole, one document a file)"
+    # a folder of mostly *.txt beside other data files (which datasets leaves out) was read by lines before mark 4
+    mark = 2 if source == "text" or _all_text_files(source) else 4
+    return {**load_dataset_kwargs, "sample_by": "document"}, {mark: said}
 
 
 def _text_builder(source: Any) -> bool:
     """Whether ``load_dataset(source, ...)`` reads with ``datasets``' text builder: ``source="text"``, or a local
-    folder (not one of ``save_to_disk``) whose data files are all ``*.txt``."""
+    folder (not one of ``save_to_disk``) for which ``datasets`` infers it (its data files mostly ``*.txt``)."""
     if source == "text":
         return True
     folder = Path(source).expanduser() if isinstance(source, str) else None
     if folder is None or not folder.is_dir() or is_saved_dataset(source):
         return False
-    found = [f for f in folder.rglob("*")
-             if f.is_file() and f.suffix in DATA_FILE_SUFFIXES and not in_hidden(f, folder)]
+    from datasets.load import dataset_module_factory
+
+    try:
+        module = dataset_module_factory(str(folder)).module_path
+    except Exception:  # no data files, an unreadable folder: the load itself names it
+        return False
+    return module.split(".")[-1] == "text"
+
+
+def _all_text_files(folder: str) -> bool:
+    """Whether a folder's data files (its hidden ones left out) are all ``*.txt``: read whole since mark 2."""
+    root = Path(folder).expanduser()
+    found = [f for f in root.rglob("*") if f.is_file() and f.suffix in DATA_FILE_SUFFIXES and not in_hidden(f, root)]
     return bool(found) and all(f.suffix == ".txt" for f in found)
 
 
