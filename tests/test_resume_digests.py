@@ -108,3 +108,15 @@ def test_digests_of_a_source_without_its_file_list_are_said_unmatched():
     a, b, c = (bytes([k]) * DIGEST_BYTES for k in (1, 2, 3))
     said = edited_files((), a + b, a + b + c, "it would land on")
     assert said.startswith("its 3 files are not the 2 the run read (files added or removed"), said
+
+
+def test_one_other_file_and_the_document_count_are_the_same(tmp_path, caplog):
+    """A source of one document read, then a blank file added: 'the document count and the 1 other file is the same'
+    (the verb agreed with the count, not with its two subjects); 'are', as for 3 other files."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "doc.txt").write_text("document " * 60)
+    state = _state_after_reading(folder)
+    (folder / "a_blank.txt").write_text("\n")  # no document: the count is the same
+    said = _warnings(folder, state, caplog)
+    assert len(said) == 1 and "(the document count and the 1 other file are the same:" in said[0], said

@@ -87,8 +87,9 @@ def edited_files(files: Sequence[Any], saved: Optional[bytes], now: Optional[byt
     n = DIGEST_BYTES
     old, new = ([d[i:i + n] for i in range(0, len(d), n)] for d in (saved, now))
     others = min(len(old), len(new))
-    same = (f"the document count and the {counted(others, 'other file')} {'is' if others == 1 else 'are'} the same: "
-            f"{position} the same document, and the run reads what it read before; nothing to do")
+    # two subjects ('the document count and the 1 other file'): 'are', whatever the count
+    same = (f"the document count and the {counted(others, 'other file')} are the same: {position} the same "
+            "document, and the run reads what it read before; nothing to do")
     if len(old) != len(new) and len(files) == len(new):
         added, gone = _left_over(new, old), _left_over(old, new)
         if added:
