@@ -1,8 +1,9 @@
 """A run killed inside a whole-file write of its output folder (``latest`` just before its rename, a log folder's list
 of files) leaves the writer's temporary file, ``.<name>.<8 hex>.tmp``; ``atomic_open`` removes one only at the next
 write of the same file once it is a day old, so a resumed run kept it. The resume now removes those of the recipe's
-own files as it takes the folder's lock (no other process writes them then), in one line; a user's file that only
-looks like one stays.
+own files under the folder's lock (no other process writes them then) once its setup has passed its checks
+(``OutputDirLock.clear_earlier_run``), in one line; a user's file that only looks like one stays, and a resume refused
+after its claim leaves them (it removed them as it took the lock, then refused: a side effect before a refusal).
 
 Reference: the temporary files are made by the writer's own naming function
 (:func:`torchtune_longshort.temporary_files.new_temporary`)."""
@@ -36,6 +37,7 @@ def test_a_resume_removes_the_temporary_files_a_killed_write_left_and_no_user_fi
         p.write_text("mine\n")
     capsys.readouterr()
     lock = claim_output_dir(run, resume=True, overwrite=False, written_here=("logs",))
+    lock.clear_earlier_run()  # the setup passed: the run's first write
     lock.release()
     assert [p for p in left if p.exists()] == []
     assert [p.read_text() for p in mine] == ["mine\n"] * len(mine)
@@ -48,5 +50,18 @@ def test_a_resume_with_no_killed_write_says_nothing(tmp_path, tiny_llama2_dir, c
     run = recipe_made(tmp_path / "run")
     commit_step(run, 2, tiny_llama2_dir)
     capsys.readouterr()
-    claim_output_dir(run, resume=True, overwrite=False).release()
+    lock = claim_output_dir(run, resume=True, overwrite=False)
+    lock.clear_earlier_run()
+    lock.release()
     assert capsys.readouterr().err == ""
+
+
+def test_a_resume_refused_after_its_claim_leaves_them(tmp_path, tiny_llama2_dir, capsys):
+    """The claim, then a refusal of the setup (a bad line of metrics.jsonl: the recipe's setup releases the lock
+    with discard=True): before, 'removed 1 temporary file ...' was said and the file gone, then the run refused."""
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 2, tiny_llama2_dir)
+    left = _left(run / "latest")
+    capsys.readouterr()
+    claim_output_dir(run, resume=True, overwrite=False).release(discard=True)
+    assert left.is_file() and capsys.readouterr().err == ""

@@ -150,6 +150,7 @@ class OutputDirLock:
         self.made_root: Optional[Path] = None  # its outermost parent this run made with it (claim_output_dir)
         self.written_here: Tuple[str, ...] = ()  # names the run writes there besides the recipe's (its logs)
         self.existed: set = set()  # the files in those folders before this run (set by claim_output_dir)
+        self.resumed = False  # set by claim_output_dir: resume=True (remove_killed_writes, once its setup passed)
         self.earlier_run: Optional[Tuple[Sequence[Input], Sequence[str]]] = None  # (protect, written_here) of an
         # earlier run that overwrite replaces, kept until clear_earlier_run
         self._before: Optional[dict] = None  # the folder before the lock file was made (_entries)
@@ -212,6 +213,7 @@ class OutputDirLock:
         and moved back when ``opening()`` raises: the earlier run stays whole. Returns what ``opening()`` returns."""
         if self.earlier_run is None:
             opened = opening()
+            self.remove_killed_writes()
             self.record_written()  # listed at once: a run killed before its first save leaves no unlisted log
             return opened
         protect, written_here = self.earlier_run
@@ -236,6 +238,14 @@ class OutputDirLock:
         aside.rename(out / DISCARDED)  # replaced now: a start killed from here on leaves it to be deleted, not put back
         _remove(out / DISCARDED)
         return opened
+
+    def remove_killed_writes(self) -> None:
+        """A resume's: the temporary files a kill inside a whole-file write left in the folder
+        (:func:`.written_files.remove_killed_writes`), removed under the lock once the setup has passed its checks (at
+        :meth:`clear_earlier_run`, or a resume with nothing to train): a resume refused after its claim (a bad line of
+        metrics.jsonl) leaves the folder as it was."""
+        if self.resumed:
+            remove_killed_writes(self.path.parent, self.written_here)
 
     def record_written(self) -> None:
         """:func:`.written_files.record_written` for this run's folder: its metric logger's files, not those there
@@ -328,8 +338,6 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         if mend:  # under the lock: a live run's start in progress refuses
             mend_interrupted_start(out)
             check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
-        if resume:  # what a kill inside a whole-file write left: under the lock, no one else writes those files
-            remove_killed_writes(out, written_here)
         if not resume and not made and any(p.name != LOCK for p in out.iterdir()):  # allowed: overwrite
             lock.earlier_run = (tuple(protect), tuple(written_here))
         else:
@@ -340,6 +348,6 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         if made:
             remove_made_folders(out, made_root)  # only when empty: made by acquire, which could not write its lock
         raise
-    lock.written_here = tuple(written_here)
+    lock.written_here, lock.resumed = tuple(written_here), resume
     lock.existed = files_under(output_dir, written_here)  # a resumed run's: never listed as its own
     return lock

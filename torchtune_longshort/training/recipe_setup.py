@@ -155,6 +155,7 @@ class RecipeSetup:
             self.finished = True
             if self._is_rank_zero:
                 self.ckpts.clean_staging()
+                self._lock.remove_killed_writes()
             return
         # metrics.jsonl's lines a resume keeps, read and checked now: a bad line is refused before the logger starts
         # (a log file, torchtune_config.yaml rewritten) or anything else is written
