@@ -11,6 +11,7 @@ converts the folder's family (``training.recipe_config.components.CheckpointerCo
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -42,6 +43,19 @@ def tokenizer_source(config: RecipeConfig) -> Optional[str]:
         return str(config.tokenizer.path)
     start = config.checkpointer.checkpoint_dir
     return str(start) if start is not None else None
+
+
+def discard_scratch_start(ckpts: StepCheckpoints) -> None:
+    """What a start from scratch writes in ``.staging`` (``step_0/``) removed, and ``.staging`` once empty: before it
+    writes it (a killed start left one) and when its setup refuses. Only that: what an earlier run that ``overwrite``
+    replaces staged stays until the setup has passed (that run is deleted then, and what it staged with it), as its
+    ``step_<k>.pt`` may be its resume point (:func:`~.checkpointing.state_file`).
+    :meth:`~.checkpointing.StepCheckpoints.clean_staging` here finished that run's commit before a refusal."""
+    staged = ckpts.staging_root / "step_0"
+    if staged.is_dir() and not staged.is_symlink():
+        shutil.rmtree(staged)
+    if ckpts.staging_root.is_dir() and not ckpts.staging_root.is_symlink() and not any(ckpts.staging_root.iterdir()):
+        ckpts.staging_root.rmdir()
 
 
 def write_scratch_start(config: RecipeConfig, seed: int, ckpts: StepCheckpoints, commit: bool = True) -> Path:
@@ -125,7 +139,7 @@ def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: O
     if start_dir is None:
         if resume_dir is None:
             if is_rank_zero:
-                ckpts.clean_staging()  # what a killed save or start of an earlier run left there
+                discard_scratch_start(ckpts)  # what a killed start of an earlier run left there
                 write_scratch_start(config, seed, ckpts, commit=False)
             read_dir = ckpts.staging_root / "step_0"
         barrier()

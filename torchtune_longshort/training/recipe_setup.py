@@ -123,8 +123,8 @@ class RecipeSetup:
             if self._metric_logger is not None:  # started, then the setup refused: its run ends (wandb's too)
                 with contextlib.suppress(Exception):
                     self._metric_logger.close()
-            if self._staged_start is not None:  # step_0 of a refused setup, never committed
-                self.ckpts.clean_staging()
+            if self._staged_start is not None:  # step_0 of a refused setup, never committed (an earlier run's stay)
+                recipe_checkpoints.discard_scratch_start(self.ckpts)
             self.release_output_dir(discard=True)
             if self._trained_tokenizer is not None:  # this run's, refused (kept while another run reads it)
                 discard_trained_tokenizer(self._trained_tokenizer)
@@ -344,6 +344,7 @@ class RecipeSetup:
         if self._staged_start is not None:
             self.ckpts.commit(self._staged_start, 0)
             self._staged_start = None
+            self.ckpts.clean_staging()  # what the earlier run that overwrite replaced staged (discard_scratch_start)
 
     def _barrier(self) -> None:
         if self._distributed:
