@@ -25,13 +25,19 @@ class UnsupportedModelError(ValueError):
     of it that none supports)."""
 
 
+def rope_entry(config: Config) -> Tuple[str, Any]:
+    """The RoPE entry of a config.json as transformers 5 reads it (``convert_rope_params_to_dict``: ``rope_scaling or
+    rope_parameters``): its key (``rope_scaling`` where set, else ``rope_parameters``) and its value as written."""
+    key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+    return key, config.get(key)
+
+
 def rope_theta_entry(config: Config) -> Tuple[str, Any]:
     """Where a config.json holds its pre-trained RoPE base, and the value as written, as transformers 5 reads it
-    (``convert_rope_params_to_dict``): inside the RoPE entry (``rope_scaling`` where set, else ``rope_parameters``),
-    else the top-level ``rope_theta`` (``"rope_parameters.rope_theta"``, ...); ``("rope_theta", 10000.0)`` where
-    none does (transformers' default). The entry's wins where both hold one."""
-    key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
-    entry = config.get(key)
+    (``convert_rope_params_to_dict``): inside the RoPE entry (:func:`rope_entry`), else the top-level
+    ``rope_theta`` (``"rope_parameters.rope_theta"``, ...); ``("rope_theta", 10000.0)`` where none does
+    (transformers' default). The entry's wins where both hold one."""
+    key, entry = rope_entry(config)
     if isinstance(entry, dict) and "rope_theta" in entry:  # setdefault there: a null one is the one read
         return f"{key}.rope_theta", entry["rope_theta"]
     if config.get("rope_theta") is not None:
@@ -56,10 +62,11 @@ def rope_theta(config: Config) -> float:
 
 
 def partial_rotary_factor(config: Config) -> float:
-    """The rotated fraction of a head as transformers reads it: transformers 5's ``rope_parameters`` entry (where
-    it writes the key, Phi-3's included), else the top-level key of a 4.x config.json, else 1."""
-    parameters = config.get("rope_parameters")
-    given = parameters.get("partial_rotary_factor") if isinstance(parameters, dict) else None
+    """The rotated fraction of a head as transformers reads it: inside the RoPE entry (:func:`rope_entry`, where
+    transformers 5 writes the key, Phi-3's included: ``rope_scaling`` where set, else ``rope_parameters``), else the
+    top-level key of a 4.x config.json, else 1."""
+    entry = rope_entry(config)[1]
+    given = entry.get("partial_rotary_factor") if isinstance(entry, dict) else None
     return float(given if given is not None else config.get("partial_rotary_factor") or 1.0)
 
 
@@ -264,8 +271,9 @@ def build_phi3(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]])
     # transformers 5 writes the key inside rope_parameters: read at the top level only, a re-saved Phi-4-mini was
     # built rotating every dimension and scored without a word
     if partial_rotary_factor(config) != 1.0:
-        key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in (
-            config.get("rope_parameters") or {}) else "partial_rotary_factor"
+        entry_key, entry = rope_entry(config)
+        inside = isinstance(entry, dict) and "partial_rotary_factor" in entry
+        key = f"{entry_key}.partial_rotary_factor" if inside else "partial_rotary_factor"
         raise UnsupportedModelError(f"phi3: config.json {key}={partial_rotary_factor(config)!r} != 1 (Phi-4-mini): "
                                     "torchtune's phi3 builder rotates every dimension; name a checkpoint whose RoPE "
                                     "rotates whole heads (Phi-3-mini, Phi-3.5-mini)")

@@ -41,7 +41,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from torchtune_longshort.models.family_builders import partial_rotary_factor, rope_theta
+from torchtune_longshort.models.family_builders import partial_rotary_factor, rope_entry, rope_theta
 from torchtune_longshort.models.rope_scaling import rope_attention_layers
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
 from torchtune_longshort.rope.checkpoint_code import check_checkpoint_path
@@ -202,8 +202,8 @@ def rope_spec_from_hf_config(config: Dict[str, Any], where: str = "config.json")
         cls = ROPE_METHODS[check_rope_method(spec.get("method"), f"{where}: {SPEC_KEY}.method")]
         cls.check_spec(spec, _rotary_dim(config), f"{where}: {SPEC_KEY}")
         return spec
-    key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
-    entry = dict(config.get(key) or {})
+    key, entry = rope_entry(config)
+    entry = dict(entry or {})
     kind = entry.get("rope_type") or entry.get("type") or "default"
     theta = rope_theta(config)
     max_pos = native_positions(config)
