@@ -1,10 +1,11 @@
-"""The positions of a config.json that names no ``max_position_embeddings`` have one owner
-(``models.hf_rope.DEFAULT_POSITIONS``, read through ``native_positions``): the usable length, the RoPE spec read from
-a ``rope_scaling`` entry, the decoder built from a folder and the past-usable message (``models.checkpoint_open``) all
-follow it.
+"""The positions of a config.json that names no ``max_position_embeddings`` have one owner (``models.hf_rope.
+native_positions``): transformers' default for the family's ``model_type`` (what ``AutoConfig`` gives the folder:
+LlamaConfig 2048, Qwen2Config 32768), else ``models.hf_rope.DEFAULT_POSITIONS``. The usable length, the RoPE spec read
+from a ``rope_scaling`` entry, the decoder built from a folder and the past-usable message (``models.checkpoint_open``)
+all follow it.
 
-References: the source tree read with ``ast`` (no other module spells a default for the key), and each reader run with
-the owner changed to another value."""
+References: the source tree read with ``ast`` (no module spells a default for the key), each reader run with the
+fallback changed to another value, and ``AutoConfig.from_pretrained`` on the same folder."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import ast
 import json
 import shutil
 from pathlib import Path
+
+import pytest
+from transformers import AutoConfig
 
 from torchtune_longshort.eval.model import args as eval_args
 from torchtune_longshort.models import hf_rope
@@ -33,21 +37,16 @@ def _defaults_spelt_out():
     return hits
 
 
-def test_one_module_spells_the_default():
-    assert _defaults_spelt_out() == [f"models/hf_rope.py:{_native_positions_line()}"]
-
-
-def _native_positions_line():
-    tree = ast.parse(Path(hf_rope.__file__).read_text())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "native_positions")
-    return next(n.lineno for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "get")
+def test_no_module_spells_a_default():
+    # native_positions reads the key or asks the family table (transformers' default): no .get(key, default) anywhere
+    assert _defaults_spelt_out() == []
 
 
 CONFIG = {"hidden_size": 64, "num_attention_heads": 4}  # no max_position_embeddings
 
 
 def test_the_readers_follow_the_owner(monkeypatch, tmp_path, tiny_llama2_dir):
-    assert hf_rope.DEFAULT_POSITIONS == 4096  # Llama-2's pre-trained length, as before
+    assert hf_rope.DEFAULT_POSITIONS == 4096  # a config naming no family's model_type: as before
     monkeypatch.setattr(hf_rope, "DEFAULT_POSITIONS", 96)
     assert hf_rope.native_positions(CONFIG) == 96
     assert hf_rope.usable_length_of(CONFIG, None) == 96
@@ -62,4 +61,16 @@ def test_the_readers_follow_the_owner(monkeypatch, tmp_path, tiny_llama2_dir):
     config = json.loads((folder / "config.json").read_text())
     del config["max_position_embeddings"]
     (folder / "config.json").write_text(json.dumps(config))
-    assert build_decoder(folder).max_seq_len == 96
+    # a llama folder without the key: transformers' LlamaConfig default (2048), not the fallback (this test pinned
+    # 96 here, the fallback, before the family's default was asked)
+    assert build_decoder(folder).max_seq_len == AutoConfig.from_pretrained(folder).max_position_embeddings
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_a_folder_without_the_key_covers_what_transformers_gives_it(tmp_path, model_type):
+    config = {**CONFIG, "model_type": model_type, "num_key_value_heads": 4, "vocab_size": 64}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    expected = AutoConfig.from_pretrained(tmp_path).max_position_embeddings
+    assert hf_rope.native_positions(config) == expected
+    assert hf_rope.usable_length_of(config, None) == expected
+    assert hf_rope.usable_length_of(config, {"method": "linear", "factor": 2.0}) == 2 * expected

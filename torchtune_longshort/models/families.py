@@ -287,6 +287,16 @@ def family_of(config: Config, where: str = "config.json") -> ModelFamily:
     )
 
 
+def hf_default_positions(config: Config) -> Optional[int]:
+    """The ``max_position_embeddings`` transformers gives a config.json of a family's ``model_type`` that names none:
+    its config class's default (``AutoConfig.for_model``: LlamaConfig 2048, Qwen2Config 32768, ...); else None."""
+    from transformers import CONFIG_MAPPING, AutoConfig  # only for a folder that leaves the key out
+
+    mt = config.get("model_type")
+    known = any(f.hf_model_type == mt for f in MODEL_FAMILIES.values()) and mt in CONFIG_MAPPING
+    return int(AutoConfig.for_model(mt).max_position_embeddings) if known else None
+
+
 def names_own_code(config: Config) -> bool:
     """Whether a checkpoint's parsed ``config.json`` names code outside the package (:func:`check_checkpoint_code`'s
     keys), which a reader asked to trust nothing refuses whatever this process imported."""

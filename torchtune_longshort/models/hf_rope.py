@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from torchtune_longshort.models.family_builders import partial_rotary_factor, rope_entry, rope_theta
+from torchtune_longshort.models.families import hf_default_positions
 from torchtune_longshort.models.rope_scaling import rope_attention_layers
 from torchtune_longshort.rope import ROPE_METHODS, build_rope, check_rope_method
 from torchtune_longshort.rope.checkpoint_code import check_checkpoint_path
@@ -52,15 +53,18 @@ SPEC_KEY = "longshort_rope"
 ROPE_SIDE_FILE = "longshort_rope/rope_params.safetensors"
 # Spec entries that describe the model rather than the method: not passed to the method class as kwargs.
 SPEC_CONTEXT_KEYS = ("method", "base", "max_seq_len", "head_dim", "original_max_seq_len")
-# The positions of a config.json that names no max_position_embeddings (Llama-2's pre-trained length): the one default
-# every reader of a checkpoint folder takes, through native_positions.
+# The positions of a config.json that names neither max_position_embeddings nor a family's model_type (whose
+# transformers config class gives the default): what every reader of a checkpoint folder takes, via native_positions.
 DEFAULT_POSITIONS = 4096
 
 
 def native_positions(config: Dict[str, Any]) -> int:
-    """The positions a config.json's plain (unscaled) RoPE covers: ``max_position_embeddings``, else
-    :data:`DEFAULT_POSITIONS`."""
-    return int(config.get("max_position_embeddings", DEFAULT_POSITIONS))
+    """The positions a config.json's plain (unscaled) RoPE covers: ``max_position_embeddings``, else the default of
+    transformers' config class for its family's ``model_type`` (:func:`~torchtune_longshort.models.families.
+    hf_default_positions`, as ``AutoConfig`` reads the folder), else :data:`DEFAULT_POSITIONS`."""
+    if "max_position_embeddings" not in config:
+        return hf_default_positions(config) or DEFAULT_POSITIONS
+    return int(config["max_position_embeddings"])
 
 
 def _spec_of(model_or_spec) -> Optional[Dict[str, Any]]:
