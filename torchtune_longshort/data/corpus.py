@@ -203,7 +203,7 @@ def hf_text(
     names = current_names()
     section = names.where
     files = named_files({"data_files": data_files, "split": split}, section)
-    load_dataset_kwargs, earlier = whole_text_files(source, load_dataset_kwargs)
+    load_dataset_kwargs, earlier = whole_text_files(source, load_dataset_kwargs, data_files, names)
 
     def open_ds():
         from datasets import load_dataset

@@ -129,16 +129,19 @@ def in_hidden(f: Path, folder: Path) -> bool:
 
 
 def warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left: Sequence[Path],
-                  names: Any) -> None:
+                  names: Any, key: str = "path", way: Optional[str] = None) -> None:
     """Warn of the files ``left`` that a folder in ``path`` holds and :func:`~.corpus.local_text` does not read (their
     suffix is none of ``suffixes``: a book saved without one, a ``.text`` file; :func:`resolve_files` finds them),
     naming the key that takes them: they were left out without a word. Hidden files and folders (``.DS_Store``,
-    ``.git/``) are not among them. ``names``: the source's :class:`~.source_names.SourceNames`."""
+    ``.git/``) are not among them. ``names``: the source's :class:`~.source_names.SourceNames`; ``key``: its
+    argument that names the folder; ``way``: what to do, after a "; " (local_text's ``suffixes`` by default)."""
     if left and launched_rank() == 0:  # every process of a launch reads the source: said once
-        named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
-        way = f"; add theirs to {names('suffixes')} to read them" if named else ""
-        log.warning("%s=%r: %s in it %s not read, their suffix not one of %s (first: %s)%s", names("path"),
-                    path, counted(len(left), "file"), "is" if len(left) == 1 else "are", list(suffixes), left[0], way)
+        if way is None:
+            named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
+            way = f"add theirs to {names('suffixes')} to read them" if named else ""
+        log.warning("%s=%r: %s in it %s not read, their suffix not one of %s (first: %s)%s", names(key),
+                    path, counted(len(left), "file"), "is" if len(left) == 1 else "are", list(suffixes), left[0],
+                    f"; {way}" if way else "")
 
 
 DIGEST_BYTES = 8  # of each file's digest (file_digests)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.data.data_files import DATA_FILE_SUFFIXES, explain_load_failure, is_saved_dataset
-from torchtune_longshort.data.file_paths import in_hidden
+from torchtune_longshort.data.file_paths import in_hidden, resolve_files, warn_left_out
 from torchtune_longshort.data.source_names import SourceNames
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
 
@@ -39,11 +39,17 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
                            "retries: the source (hub, network, disk) failed mid-run")
 
 
-def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[int, str]]:
+def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any], data_files: Any = None,
+                     names: Optional[SourceNames] = None) -> Tuple[Dict[str, Any], Dict[int, str]]:
     """``load_dataset_kwargs`` with ``sample_by="document"`` where ``datasets``' text builder reads ``source`` and
     none is given (one document a file, as :func:`local_text` reads), and how earlier versions read it then (the
-    source's ``earlier_reading``: ``{mark: clause}``); else the kwargs as given and ``{}``."""
-    if "sample_by" in load_dataset_kwargs or not _text_builder(source):
+    source's ``earlier_reading``: ``{mark: clause}``); else the kwargs as given and ``{}``. A local folder's data
+    files that ``datasets`` leaves out (it reads those of the most common suffix) are named in one warning, where
+    no ``data_files`` (nor ``data_dir``) names what to read."""
+    builder = folder_builder(source)
+    if builder and data_files is None and "data_dir" not in load_dataset_kwargs:
+        warn_folder_left_out(source, builder[1], names or SourceNames())
+    if "sample_by" in load_dataset_kwargs or not (source == "text" or builder and builder[0] == "text"):
         return load_dataset_kwargs, {}
     said = "read text files one record a line (this version reads each whole, one document a file)"
     # a folder of mostly *.txt beside other data files (which datasets leaves out) was read by lines before mark 4
@@ -51,21 +57,32 @@ def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any]) -> Tuple[
     return {**load_dataset_kwargs, "sample_by": "document"}, {mark: said}
 
 
-def _text_builder(source: Any) -> bool:
-    """Whether ``load_dataset(source, ...)`` reads with ``datasets``' text builder: ``source="text"``, or a local
-    folder (not one of ``save_to_disk``) for which ``datasets`` infers it (its data files mostly ``*.txt``)."""
-    if source == "text":
-        return True
+def folder_builder(source: Any) -> Optional[Tuple[str, List[str]]]:
+    """``(builder name, the files it reads)`` of the builder ``datasets`` infers for a local folder ``source`` (not
+    one of ``save_to_disk``): ``"text"`` for one of mostly ``*.txt``, its files those of every split; None for
+    another source, or a folder ``datasets`` finds no data files in (the load itself names it)."""
     folder = Path(source).expanduser() if isinstance(source, str) else None
     if folder is None or not folder.is_dir() or is_saved_dataset(source):
-        return False
+        return None
     from datasets.load import dataset_module_factory
 
     try:
-        module = dataset_module_factory(str(folder)).module_path
+        module = dataset_module_factory(str(folder))
     except Exception:  # no data files, an unreadable folder: the load itself names it
-        return False
-    return module.split(".")[-1] == "text"
+        return None
+    configs = module.builder_configs_parameters.builder_configs or []
+    read = [f for config in configs[:1] for split in (config.data_files or {}).values() for f in split]
+    return module.module_path.split(".")[-1], read
+
+
+def warn_folder_left_out(source: str, read: Sequence[str], names: SourceNames) -> None:
+    """One warning naming the data files of the folder ``source`` that ``datasets`` does not ``read`` (it keeps
+    those of the most common suffix: a ``notes.jsonl`` beside books in ``*.txt`` was left out without a word)."""
+    kept = {Path(f).resolve() for f in read}
+    left = [f for f in resolve_files(source, DATA_FILE_SUFFIXES, names("source")) if f.resolve() not in kept]
+    way = (f"datasets reads the folder's files of its most common suffix alone: name the files to read in "
+           f"{names('data_files')}, or move the others out of the folder")
+    warn_left_out(source, sorted({Path(f).suffix for f in read}), left, names, key="source", way=way)
 
 
 def _all_text_files(folder: str) -> bool:
