@@ -41,33 +41,42 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
 
 def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any], data_files: Any = None,
                      names: Optional[SourceNames] = None) -> Tuple[Dict[str, Any], Dict[int, str]]:
-    """``load_dataset_kwargs`` with ``sample_by="document"`` where ``datasets``' text builder reads ``source`` and
-    none is given (one document a file, as :func:`local_text` reads), and how earlier versions read it then (the
-    source's ``earlier_reading``: ``{mark: clause}``); else the kwargs as given and ``{}``. A local folder's data
-    files that ``datasets`` leaves out (it reads those of the most common suffix) are named in one warning, where
-    no ``data_files`` (nor ``data_dir``) names what to read."""
-    builder = folder_builder(source)
-    if builder and data_files is None and "data_dir" not in load_dataset_kwargs:
+    """``load_dataset_kwargs`` with ``sample_by="document"`` where ``datasets``' text builder reads ``source`` (with
+    these ``data_files`` and ``data_dir``, as ``datasets`` decides it) and none is given (one document a file, as
+    :func:`local_text` reads), and how earlier versions read it then (the source's ``earlier_reading``: ``{mark:
+    clause}``); else the kwargs as given and ``{}``. A local folder's data files that ``datasets`` leaves out (it
+    reads those of the most common suffix) are named in one warning, where no ``data_files`` (nor ``data_dir``)
+    names what to read."""
+    data_dir = load_dataset_kwargs.get("data_dir")
+    builder = folder_builder(source, data_files, data_dir)
+    named = data_files is not None or data_dir is not None
+    if builder and not named:
         warn_folder_left_out(source, builder[1], names or SourceNames())
     if "sample_by" in load_dataset_kwargs or not (source == "text" or builder and builder[0] == "text"):
         return load_dataset_kwargs, {}
     said = "read text files one record a line (this version reads each whole, one document a file)"
-    # a folder of mostly *.txt beside other data files (which datasets leaves out) was read by lines before mark 4
-    mark = 2 if source == "text" or _all_text_files(source) else 4
+    if source == "text" or _all_text_files(source):
+        mark = 2
+    elif not named or (folder_builder(source) or ("",))[0] == "text":  # earlier versions asked the folder alone
+        mark = 4  # a folder of mostly *.txt beside other data files (which datasets leaves out): by lines before 4
+    else:
+        mark = 5  # data_files (data_dir) naming text files in a folder of mostly other data files: by lines before 5
     return {**load_dataset_kwargs, "sample_by": "document"}, {mark: said}
 
 
-def folder_builder(source: Any) -> Optional[Tuple[str, List[str]]]:
+def folder_builder(source: Any, data_files: Any = None, data_dir: Optional[str] = None
+                   ) -> Optional[Tuple[str, List[str]]]:
     """``(builder name, the files it reads)`` of the builder ``datasets`` infers for a local folder ``source`` (not
-    one of ``save_to_disk``): ``"text"`` for one of mostly ``*.txt``, its files those of every split; None for
-    another source, or a folder ``datasets`` finds no data files in (the load itself names it)."""
+    one of ``save_to_disk``) given ``data_files`` and ``data_dir`` (``dataset_module_factory``, as ``load_dataset``
+    asks it): ``"text"`` for files mostly ``*.txt``, its files those of every split; None for another source, or
+    where ``datasets`` finds no data files (the load itself names it)."""
     folder = Path(source).expanduser() if isinstance(source, str) else None
     if folder is None or not folder.is_dir() or is_saved_dataset(source):
         return None
     from datasets.load import dataset_module_factory
 
     try:
-        module = dataset_module_factory(str(folder))
+        module = dataset_module_factory(str(folder), data_files=data_files, data_dir=data_dir)
     except Exception:  # no data files, an unreadable folder: the load itself names it
         return None
     configs = module.builder_configs_parameters.builder_configs or []

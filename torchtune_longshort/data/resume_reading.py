@@ -17,9 +17,10 @@ from torchtune_longshort.plural import counted
 # local_text left a folder's hidden files out and hf_text read text files whole; 3 since 2026-12-06, when hf_text
 # left empty and whitespace-only records out (as local_text always did) and local_text read a text file's '\r\n' /
 # '\r' line ends as '\n'; 4 since 2026-12-07, when hf_text read a folder's text files whole where other data
-# files stand beside them (datasets still picks its text builder). A state without it (1) was saved before the mark
-# existed.
-DATA_READING = 4
+# files stand beside them (datasets still picks its text builder); 5 since 2026-12-07, when hf_text asked datasets for
+# a folder's builder with its data_files / data_dir (text files named in a folder of mostly other data files were
+# read by lines). A state without it (1) was saved before the mark existed.
+DATA_READING = 5
 log = logging.getLogger(__name__)
 
 # a source's earlier readings: {the mark that changed it: a clause after "which", or a callable of the saved state
