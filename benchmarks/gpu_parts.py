@@ -137,6 +137,7 @@ def part_recipe(smoke: bool, work: Path, opts, real: bool = False) -> dict:
     6N then counts every FLOP), or (``real``) on SmolLM2-135M at L 8192: eager, then compiled."""
     import torch
     from omegaconf import OmegaConf
+    from torch._dynamo.utils import counters as dynamo_counters
 
     import recipe_throughput as rt
 
@@ -170,6 +171,7 @@ def part_recipe(smoke: bool, work: Path, opts, real: bool = False) -> dict:
             cfg = apply_overrides(OmegaConf.load(REPO / setup.our_config),
                                   rt.ours_overrides(work, setup, data, shape, alpha, tag,
                                                     [f"compile={compiled}", f"optimizer.fused={fused_adam}"]))
+        graphs = dynamo_counters["stats"]["unique_graphs"]  # torch's own count: a run that compiled adds to it
         run = _run_in_process(kind, cfg, shape.device)
         tps_all = (rt.torchtune_tokens_per_s_all(work, tag) if kind == "torchtune"
                    else rt.ours_tokens_per_s_all(work, tag))
@@ -180,7 +182,8 @@ def part_recipe(smoke: bool, work: Path, opts, real: bool = False) -> dict:
         first_s = sum(step_s[:warmup]) - warmup * shape.tokens_per_step / tps
         results[f"{label} {'compile' if compiled else 'eager'}"] = {
             "tokens_per_s": tps, "peak_mib": run["peak_mib"], "wall_s": run["wall_s"], "warmup_extra_s": first_s,
-            "compile": compiled, "recipe": kind, "alpha": alpha}
+            "compile": compiled, "recipe": kind, "alpha": alpha,
+            "graphs_compiled": dynamo_counters["stats"]["unique_graphs"] - graphs}
         print(f"    recipe {label} {'compile' if compiled else 'eager'}: {tps:.0f} tokens/s, "
               f"{run['peak_mib']:.0f} MiB, {run['wall_s']:.0f} s", file=sys.stderr)
     flops = peak_flops(shape.device, opts.peak_tflops)

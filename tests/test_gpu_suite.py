@@ -178,7 +178,10 @@ def test_gpu_suite_smoke_runs_every_part(tmp_path):
     assert set(recipe) == {"torchtune eager", "longshort a=0 eager", "torchtune compile", "longshort a=0 compile"}
     assert all(r["tokens_per_s"] > 0 and r["peak_mib"] > 0 for r in recipe.values())
     assert "Loss path: fused" in p.stdout + p.stderr
-    assert "decoder layers compiled one by one" in p.stdout + p.stderr  # the compiled runs compiled
+    assert "decoder layers compiled one by one" in p.stdout + p.stderr  # our compiled run compiled
+    # each run's graphs as torch._dynamo counts them: both compiled runs compiled (torchtune's too), no eager one did
+    assert {k: r["graphs_compiled"] > 0 for k, r in recipe.items()} == {k: r["compile"] for k, r in recipe.items()}
+    assert all(r["compile"] == k.endswith(" compile") for k, r in recipe.items())
     for row in report["parts"]["eval"]["rows"]:
         assert row["result_diff"] < 1e-5  # the two lm-eval models agree on the log-likelihoods
         assert row["result_diff_kv"] == 0.0 and row["tokens_per_s"]["ours_kv"] > 0  # hf's k/v layout: same values
