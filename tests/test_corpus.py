@@ -36,7 +36,8 @@ def test_a_folders_files_left_out_by_their_suffix_are_named(tmp_path, caplog):
         assert list(local_text(str(tmp_path / "d"))()) == ["alpha"]
     said = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
     assert len(said) == 1 and re.search(r"^dataset.path='.*d': 2 files in it are not read, their suffix not one of "
-                                        r"\['.txt', .*\] \(first: .*d/book\); add theirs to dataset.suffixes", said[0])
+                                        r"\['.txt', .*\] \(first: .*d/book\); add theirs to dataset.suffixes "
+                                        r"to read them$", said[0])
     caplog.clear()
     (tmp_path / "d" / ".DS_Store").unlink()  # suffix "" (the book's) reads it too
     with caplog.at_level("WARNING"):
@@ -58,7 +59,8 @@ def test_a_folder_is_walked_once_to_read_it_and_name_what_it_leaves_out(tmp_path
         assert list(local_text(str(tmp_path / "d"))()) == ["a.txt"]
     assert walks == [tmp_path / "d"], walks
     said = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
-    assert len(said) == 1 and re.search(r": 1 file in it is not read, .*\(first: .*d/book\)", said[0]), said
+    assert len(said) == 1 and re.search(r": 1 file in it is not read, its suffix not one of .*\(first: .*d/book\); "
+                                        r"add it to dataset.suffixes to read it$", said[0]), said
 
 
 def test_a_byte_order_mark_is_no_part_of_a_document_and_one_suffix_is_a_string(tmp_path):

@@ -103,7 +103,7 @@ SAYINGS = {"rope unscaled": (_unscaled, ["leaves the RoPE unscaled"]),
            "rope kept settings": (_kept_settings, ["keeps the settings its learned clex parameters"]),
            "sliding window": (_sliding_window, ["sliding_window=16 is not applied"]),
            "transformers pipeline": (_transformers_pipeline, ["AutoTokenizer reads a 'qwen2' folder"]),
-           "local_text": (_local_text, ["not read, their suffix", "skipped 1 unreadable record (dataset.skip_bad"]),
+           "local_text": (_local_text, ["not read, its suffix", "skipped 1 unreadable record (dataset.skip_bad"]),
            "validation set": (_validation_set, ["validation.dataset: skipped 1 unreadable record,"]),
            "validation shares training files": (_validation_shares_files, ["validation.dataset reads 1 of its 1"])}
 

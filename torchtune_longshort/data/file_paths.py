@@ -136,12 +136,14 @@ def warn_left_out(path: Union[str, Sequence[str]], suffixes: Sequence[str], left
     ``.git/``) are not among them. ``names``: the source's :class:`~.source_names.SourceNames`; ``key``: its
     argument that names the folder; ``way``: what to do, after a "; " (local_text's ``suffixes`` by default)."""
     if left and launched_rank() == 0:  # every process of a launch reads the source: said once
+        one = len(left) == 1  # "1 file in it is not read, its suffix not one of ...; add it to ... to read it"
         if way is None:
             named = not names.flags or "suffixes" in names.flags  # a command line without the option: no key to name
-            way = f"add theirs to {names('suffixes')} to read them" if named else ""
-        log.warning("%s=%r: %s in it %s not read, their suffix not one of %s (first: %s)%s", names(key),
-                    path, counted(len(left), "file"), "is" if len(left) == 1 else "are", list(suffixes), left[0],
-                    f"; {way}" if way else "")
+            way = (f"add {'it' if one else 'theirs'} to {names('suffixes')} to read {'it' if one else 'them'}"
+                   if named else "")
+        log.warning("%s=%r: %s in it %s not read, %s suffix not one of %s (first: %s)%s", names(key), path,
+                    counted(len(left), "file"), "is" if one else "are", "its" if one else "their", list(suffixes),
+                    left[0], f"; {way}" if way else "")
 
 
 DIGEST_BYTES = 8  # of each file's digest (file_digests)
