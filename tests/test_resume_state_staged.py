@@ -22,8 +22,9 @@ def test_a_save_killed_before_its_state_moved_in_resumes_from_that_step(tmp_path
     from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
     from torchtune_longshort.models.hf_model import decoder_config, hf_decoder
     from torchtune_longshort.training.checkpointing import (
-        StepCheckpoints, atomic_torch_save, read_recipe_state, recipe_state_path, staged_state_path,
+        StepCheckpoints, read_recipe_state, recipe_state_path, staged_state_path,
     )
+    from torchtune_longshort.training.durable_save import atomic_torch_save
 
     node = dict(family="llama", vocab_size=512, num_layers=1, num_heads=2, num_kv_heads=2, embed_dim=32,
                 max_seq_len=128)

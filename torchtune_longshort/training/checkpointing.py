@@ -28,13 +28,14 @@ import pickle
 import re
 import shutil
 from pathlib import Path
-from typing import Any, List, Optional, Union
+from typing import List, Optional, Union
 
 import torch
 
 from torchtune_longshort.config.values import UnwritablePath, refuses_writes
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
+from torchtune_longshort.training.durable_save import fsync_dir
 from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
 from torchtune_longshort.training.state_words import cut_short, said, unreadable_state, zero_filled
 
@@ -319,7 +320,7 @@ class StepCheckpoints:
         if state.is_file():
             os.replace(state, recipe_state_path(final))
             self._prune_states()
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         atomic_write_text(self.root / LATEST, final.name + "\n")
         if self.staging_root.is_dir() and not any(self.staging_root.iterdir()):
             self.staging_root.rmdir()
@@ -375,25 +376,3 @@ class StepCheckpoints:
         for p in kept[: max(0, len(kept) - self.keep)]:
             p.unlink()
 
-
-def atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` through a temporary file and ``os.replace``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

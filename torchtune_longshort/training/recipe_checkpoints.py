@@ -27,9 +27,10 @@ from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.hf_rope import native_positions
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, lora_modules, write_peft_adapter
 from torchtune_longshort.training.checkpointing import (
-    STEP_PATTERN, StepCheckpoints, atomic_torch_save, staged_state_path,
+    STEP_PATTERN, StepCheckpoints, staged_state_path,
 )
 from torchtune_longshort.training.data_setup import POSITION_DRAW
+from torchtune_longshort.training.durable_save import atomic_torch_save
 from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
 from torchtune_longshort.training.recipe_config import RecipeConfig
 from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
