@@ -60,3 +60,64 @@ def test_a_save_killed_before_its_state_moved_in_resumes_from_that_step(tmp_path
     assert torch.load(recipe_state_path(out / "step_4"), weights_only=False) == {"step": 4, "marker": "four"}
     assert not (out / ".staging").exists() and sorted(p.name for p in (out / "recipe_state").iterdir()) == [
         "step_4.pt"]  # keep_recipe_states=1: step_2's state pruned, as the commit would have
+
+
+def _whole_step(tmp_path, sp_tokenizer_dir):
+    """A checkpoint folder (tiny Llama, its tokenizer) to stage, written once per test."""
+    from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
+    from torchtune_longshort.models.hf_model import decoder_config, hf_decoder
+
+    node = dict(family="llama", vocab_size=512, num_layers=1, num_heads=2, num_kv_heads=2, embed_dim=32,
+                max_seq_len=128)
+    write_hf_checkpoint(tmp_path / "ckpt", hf_decoder(**node).state_dict(), decoder_config(node),
+                        tokenizer=sp_tokenizer_dir)
+    return tmp_path / "ckpt"
+
+
+def _contents(folder: Path) -> dict:
+    return {q.relative_to(folder).as_posix(): q.read_bytes() for q in sorted(folder.rglob("*")) if q.is_file()}
+
+
+def test_a_save_killed_between_the_renames_of_a_step_it_replaces_keeps_that_step(tmp_path, sp_tokenizer_dir,
+                                                                                  monkeypatch):
+    """A run resumed from step_2 saves step_4 again (its folder there, without its state); the commit renames the old
+    step_4 to ``.staging/old_step_4``, and a SIGKILL lands before the new one is renamed in. Before, the resumed run's
+    first save (``clean_staging``) deleted ``old_step_4``, the folder's only copy in place, and the staged new one:
+    no step_4 at all. Now the old folder is put back, byte for byte as it was, and the check of a step folder
+    (``check_checkpoint_folder``, the reference) takes it."""
+    from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
+    from torchtune_longshort.training.checkpointing import StepCheckpoints, staged_state_path
+    from torchtune_longshort.training.durable_save import atomic_torch_save
+
+    ckpt = _whole_step(tmp_path, sp_tokenizer_dir)
+    out = tmp_path / "run"
+    ckpts = StepCheckpoints(out)
+    for step in (2, 4):  # step_4 committed without its state (as if it was deleted): a resume starts at step_2
+        staged = ckpts.staging_root / f"step_{step}"
+        shutil.copytree(ckpt, staged)
+        if step == 2:
+            atomic_torch_save({"step": 2}, staged_state_path(staged))
+        ckpts.commit(staged, step)
+    before = _contents(out / "step_4")
+    staged = ckpts.staging_root / "step_4"
+    shutil.copytree(ckpt, staged)
+    atomic_torch_save({"step": 4}, staged_state_path(staged))
+    rename = os.rename
+
+    def killed(src, dst):  # the new step_4's rename into place: the run dies first
+        if Path(src) == staged:
+            raise Killed
+        return rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", killed)
+    with pytest.raises(Killed):
+        ckpts.commit(staged, 4)
+    monkeypatch.setattr(os, "rename", rename)
+    assert not (out / "step_4").exists() and (out / ".staging" / "old_step_4").is_dir()  # the kill's moment
+
+    assert ckpts.latest(resumable=True) == out / "step_2"
+    ckpts.clean_staging()  # as the resumed run's first save does
+    assert _contents(out / "step_4") == before  # before: step_4 gone, old and new
+    check_checkpoint_folder(out / "step_4")
+    assert ckpts.steps() == [2, 4] and not (out / ".staging").exists()
+    assert ckpts.steps(resumable=True) == [2]  # the killed save's state is not moved in beside the old weights

@@ -232,10 +232,13 @@ class StepCheckpoints:
     def clean_staging(self) -> None:
         """Discard what a killed save left behind: the entries the recipe writes in ``.staging/`` (a step folder
         being written or replaced, its staged state), never another (:meth:`foreign_staged`, refused before a run);
-        a staged state whose step folder was committed (:func:`state_file`) is moved into ``recipe_state/``."""
+        a staged state whose step folder was committed (:func:`state_file`) is moved into ``recipe_state/``, a step
+        folder set aside by a save that replaced it and was killed before the new one was in place is put back."""
         staging = self.staging_root
         if not staging.is_dir() or staging.is_symlink():
             return
+        for p in [p for p in staging.iterdir() if p.name.startswith("old_") and self._own_staged(p)]:
+            self._put_back(p)  # first: the staged state of the save it was replacing is then never moved in with it
         for p in staging.iterdir():
             if not self._own_staged(p):
                 continue
@@ -251,6 +254,19 @@ class StepCheckpoints:
                 p.unlink()
         if not any(staging.iterdir()):
             staging.rmdir()
+
+    def _put_back(self, p: Path) -> None:
+        """``.staging/old_step_<k>`` renamed back to ``step_<k>`` when that is gone and it is whole (every file its
+        :data:`MANIFEST` lists): a save of that step killed between :meth:`commit`'s two renames set it aside, the
+        only copy in place (the clean-up deleted it, and with it the step); the killed save's staged state goes
+        first, so that it is not taken for the old folder's (:func:`state_file`)."""
+        folder = self.root / p.name[len("old_"):]
+        listed = read_names(p / MANIFEST)
+        if os.path.lexists(folder) or listed is None or not all((p / rel).exists() for rel in listed):
+            return
+        staged_state_path(self.staging_root / folder.name).unlink(missing_ok=True)
+        os.rename(p, folder)
+        fsync_dir(self.root)
 
     @staticmethod
     def _own_staged(p: Path) -> bool:
