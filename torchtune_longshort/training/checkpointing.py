@@ -245,8 +245,8 @@ class StepCheckpoints:
             if p.name.endswith(".pt") and state_file(self.root / p.stem) == p:  # a commit the kill cut: finish it
                 recipe_state_path(self.root / p.stem).parent.mkdir(exist_ok=True)
                 os.replace(p, recipe_state_path(self.root / p.stem))
-                self._prune_states()
-                atomic_write_text(self.root / LATEST, p.stem + "\n")  # the commit's last write
+                atomic_write_text(self.root / LATEST, p.stem + "\n")
+                self._prune_states()  # last, as the commit's: a write failed before leaves the states `latest` names
                 continue
             if p.is_dir():
                 shutil.rmtree(p)
@@ -333,11 +333,13 @@ class StepCheckpoints:
             shutil.rmtree(old)
         else:
             os.rename(staged, final)
-        if state.is_file():
+        moved = state.is_file()
+        if moved:
             os.replace(state, recipe_state_path(final))
-            self._prune_states()
         fsync_dir(self.root)
         atomic_write_text(self.root / LATEST, final.name + "\n")
+        if moved:  # once `latest` names the new step: a failed write of it leaves the state of the step it names
+            self._prune_states()
         if self.staging_root.is_dir() and not any(self.staging_root.iterdir()):
             self.staging_root.rmdir()
         return final

@@ -7,6 +7,8 @@ It reads what :class:`~.recipe_setup.RecipeSetup` and the recipe set up (``_mode
 
 from __future__ import annotations
 
+import contextlib
+
 from torchtune import utils
 
 from torchtune_longshort.devices import out_of_memory_in, rank_rng_states
@@ -35,7 +37,8 @@ class RecipeSaving:
                 if not is_out_of_space(e, self.ckpts.root):  # a folder made read-only: one line, as at the commit
                     raise (self.ckpts.refused(step, e) if isinstance(e, OSError) else e)
                 note_room(e, self.ckpts.root)  # the room the save found, before the cleanup below frees what it took
-                self.ckpts.clean_staging()  # what it staged frees its room; the step folders stay whole
+                with contextlib.suppress(OSError):  # a clean-up the full disk stops too: this line still ends the run
+                    self.ckpts.clean_staging()  # what it staged frees its room; the step folders stay whole
                 raise OutOfSpace(out_of_space.stop_message(
                     f"checkpoint step_{step}", step, self.ckpts, self._checkpoint_bytes, self._saved_step is not None, e
                 )) from None
