@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from torchtune_longshort.data.data_files import (
-    check_not_empty, check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_files,
+    check_not_empty, check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_data_files,
 )
 from torchtune_longshort.data.document_source import DocumentSource, kept
 from torchtune_longshort.data.resume_reading import line_ends_read_otherwise
@@ -202,7 +202,8 @@ def hf_text(
     """
     names = current_names()
     section = names.where
-    files = named_files({"data_files": data_files, "split": split}, section)
+    files = named_data_files({"data_files": data_files, "split": split, "source": source,
+                              "data_dir": load_dataset_kwargs.get("data_dir")}, section)
     load_dataset_kwargs, earlier = whole_text_files(source, load_dataset_kwargs, data_files, names)
 
     def open_ds():

@@ -30,15 +30,7 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     """``[(field, file)]`` of every local file a ``datasets``-backed source's arguments name, in ``datasets``' order;
     a named file or folder that does not exist is refused with its field (``dataset.data_files``). Hub names name no
     file."""
-    out: List[Tuple[str, Path]] = []
-    files = args.get("data_files")
-    if isinstance(files, Mapping):
-        split = args.get("split", "train")
-        files = files.get(split, [v for vs in files.values() for v in ([vs] if isinstance(vs, str) else vs)])
-    files = [f for f in ([files] if isinstance(files, (str, Path)) else files or []) if not is_remote(f)]
-    if files:
-        field = f"{where}.data_files"
-        out += [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
+    out = named_data_files(args, where)
     for key in ("data_dir", "source"):
         value = args.get(key)
         if key == "source" and looks_local(value) and not Path(value).expanduser().exists():
@@ -49,6 +41,56 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
             field = f"{where}.{key}"
             out += [(field, f) for f in resolve_files(value, DATA_FILE_SUFFIXES, field)]
     return out
+
+
+def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
+    """``[(field, file)]`` of the local files ``args``' ``data_files`` names (its ``split``'s, of a dict), refused
+    with its field when one names nothing. A relative entry is read where ``datasets`` reads it: inside a local
+    folder ``source`` (:func:`source_folder`), else from the current directory."""
+    files = args.get("data_files")
+    if isinstance(files, Mapping):
+        split = args.get("split", "train")
+        files = files.get(split, [v for vs in files.values() for v in ([vs] if isinstance(vs, str) else vs)])
+    files = [f for f in ([files] if isinstance(files, (str, Path)) else files or []) if not is_remote(f)]
+    if not files:
+        return []
+    field = f"{where}.data_files"
+    folder = source_folder(args.get("source"), args.get("data_dir"))
+    if folder is not None:
+        files = [g for f in files for g in _in_folder(f, folder, field, f"{where}.source")]
+    return [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
+
+
+def source_folder(source: Any, data_dir: Any = None) -> Optional[Path]:
+    """The folder ``datasets`` reads a relative ``data_files`` entry in when ``source`` is a local folder (not a
+    packaged builder's name, ``json``, ``text``...): ``source/data_dir``, resolved as its local-folder loader
+    resolves it; None for any other source (a hub name, a builder: relative entries are read from the current
+    directory)."""
+    if not isinstance(source, str) or not Path(source).expanduser().is_dir() or is_saved_dataset(source):
+        return None
+    from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES  # deferred: datasets (heavy import)
+
+    if source in _PACKAGED_DATASETS_MODULES:  # load_dataset takes the builder before a folder of that name
+        return None
+    return Path(source, data_dir or "").expanduser().resolve()
+
+
+def _in_folder(entry: Any, folder: Path, field: str, source_field: str) -> List[Any]:
+    """The files a ``data_files`` ``entry`` names inside a local source ``folder``, matched by ``datasets``' own
+    ``resolve_pattern`` (a relative entry is joined to the folder); an absolute (or ``~``) entry as it is. A relative
+    entry that matches nothing there is refused with ``field``, the folder and the current directory (not read)."""
+    from datasets.data_files import resolve_pattern  # deferred: datasets (heavy import)
+
+    if not isinstance(entry, str) or Path(entry).expanduser().is_absolute():
+        return [entry]
+    try:
+        return resolve_pattern(entry, folder.as_posix())
+    except FileNotFoundError:
+        here = f"; {os.getcwd()!r} holds it, but" if (Path(entry).exists() or glob_files(entry)) else ", and"
+        raise FileNotFoundError(
+            f"{field}={entry!r} does not exist in the folder of {source_field}, {str(folder)!r} (no such file or "
+            f"glob match){here} datasets reads a relative data_files entry inside a local source folder, not from "
+            "the current directory: name it from that folder, or by its absolute path") from None
 
 
 def looks_local(source: Any) -> bool:
