@@ -37,7 +37,7 @@ def datasets_reads(source, data_files):
 def test_relative_data_files_are_read_inside_the_source_folder(books, data_files):
     expected = datasets_reads(str(books), data_files)
     args = {"source": str(books), "data_files": data_files, "split": "train"}
-    assert [os.fspath(f) for _, f in named_files(args, "dataset") if _ == "dataset.data_files"] == expected
+    assert [os.fspath(f) for _, f in named_files(args, "dataset")] == expected
     docs = list(hf_text(str(books), data_files=data_files, streaming=False)())
     assert docs == [open(f).read() for f in expected]
 
@@ -45,8 +45,7 @@ def test_relative_data_files_are_read_inside_the_source_folder(books, data_files
 def test_a_relative_source_folder_is_read_from_the_current_directory(books, monkeypatch):
     monkeypatch.chdir(books.parent)
     expected = datasets_reads("books", "*.txt")
-    assert [os.fspath(f) for _, f in named_files({"source": "books", "data_files": "*.txt"}, "dataset")
-            if _ == "dataset.data_files"] == expected
+    assert [os.fspath(f) for _, f in named_files({"source": "books", "data_files": "*.txt"}, "dataset")] == expected
 
 
 def test_a_relative_name_that_matches_nothing_in_the_folder_is_refused_naming_the_field_and_the_folder(books):
@@ -78,3 +77,28 @@ def test_a_builder_source_reads_relative_data_files_from_the_current_directory(b
     expected = datasets_reads("text", "a.txt")
     assert [os.fspath(f.resolve()) for _, f in named_files({"source": "text", "data_files": "a.txt"}, "dataset")] \
         == expected
+
+
+def test_data_files_under_a_folder_source_name_those_files_alone(books):
+    """An empty ``.json`` beside the named ``*.txt``: datasets reads the ``*.txt`` alone, and the config check
+    refused "dataset.source: .../empty.json holds no records" (the folder's files were listed after data_files)."""
+    from torchtune_longshort.data.data_files import check_not_empty
+
+    (books / "empty.json").write_text("")
+    args = {"source": str(books), "data_files": "*.txt"}
+    assert [os.fspath(f) for _, f in named_files(args, "dataset")] == datasets_reads(str(books), "*.txt")
+    check_not_empty(named_files(args, "dataset"))
+
+
+def test_a_data_dir_under_a_folder_source_is_read_inside_the_folder(books):
+    """``data_dir: sub`` is ``books/sub`` to datasets; it was looked for in the current directory."""
+    from datasets import load_dataset_builder
+
+    (books / "sub").mkdir()
+    (books / "sub" / "c.txt").write_text("third book\n")
+    expected = list(load_dataset_builder(str(books), data_dir="sub").config.data_files["train"])
+    files = named_files({"source": str(books), "data_dir": "sub"}, "dataset")
+    assert [os.fspath(f.resolve()) for _, f in files] == expected and {k for k, _ in files} == {"dataset.data_dir"}
+    expected = list(load_dataset_builder(str(books), data_dir="sub", data_files="*.txt").config.data_files["train"])
+    files = named_files({"source": str(books), "data_dir": "sub", "data_files": "*.txt"}, "dataset")
+    assert [os.fspath(f) for _, f in files] == expected

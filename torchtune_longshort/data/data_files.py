@@ -29,8 +29,16 @@ READ_AGAIN_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt")
 def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     """``[(field, file)]`` of every local file a ``datasets``-backed source's arguments name, in ``datasets``' order;
     a named file or folder that does not exist is refused with its field (``dataset.data_files``). Hub names name no
-    file."""
+    file. Of a local folder ``source``, as ``datasets`` reads it: its ``data_files`` alone where given (the folder's
+    other files are not read), else the files of ``source/data_dir`` (``data_dir`` inside the folder)."""
     out = named_data_files(args, where)
+    folder = source_folder(args.get("source"), args.get("data_dir"))
+    if folder is not None:  # datasets reads the data_files alone (inside it), else the files of source/data_dir
+        if not args.get("data_files"):
+            key = "data_dir" if args.get("data_dir") else "source"
+            value = args["source"] if key == "source" else os.path.join(args["source"], args["data_dir"])
+            out += [(f"{where}.{key}", f) for f in resolve_files(value, DATA_FILE_SUFFIXES, f"{where}.{key}")]
+        return out
     for key in ("data_dir", "source"):
         value = args.get(key)
         if key == "source" and looks_local(value) and not Path(value).expanduser().exists():
