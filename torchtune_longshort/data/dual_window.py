@@ -209,7 +209,9 @@ class PackedTokenStream:
             before = self.epoch
             ids = self._next_document()
             self._buffer.extend(ids)
-            if self.epoch != before and not ids:
+            if ids:  # a pass with no tokens is two pass starts with none between them, not two pass starts
+                passes_without_tokens = 0
+            elif self.epoch != before:
                 passes_without_tokens += 1
                 if passes_without_tokens > 1:
                     raise ValueError("the corpus tokenizes to no tokens at all")
