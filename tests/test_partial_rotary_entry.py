@@ -1,7 +1,8 @@
 """The rotated fraction of a head is read from the RoPE entry transformers reads (``rope_scaling or
 rope_parameters``), not from ``rope_parameters`` whatever ``rope_scaling`` holds: a Phi-4-mini-style folder with
-``rope_scaling.partial_rotary_factor`` 0.75 was built rotating every dimension (logits 8e-3 off transformers', without
-a word), and one whose stale ``rope_parameters`` said 0.75 under a ``rope_scaling`` that rotates whole heads was refused.
+``rope_scaling.partial_rotary_factor`` 0.75 was built rotating every dimension (logits 8e-3 off transformers',
+without a word), and one whose stale ``rope_parameters`` said 0.75 under a ``rope_scaling`` that rotates whole heads
+was refused.
 
 Reference: transformers on the same config.json (``AutoConfig.from_pretrained`` on the folder): the fraction Phi-3's
 rotary embedding reads from the config it builds, and for a scaled Llama the inverse frequencies of

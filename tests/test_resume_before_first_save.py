@@ -45,4 +45,5 @@ def test_a_resume_of_a_run_killed_before_its_first_save_names_only_what_is_there
     assert "a run killed before its first save leaves" in line, line
     assert ("step_0" in line) == os.path.isdir(run / "step_0"), line
     assert "start it again with overwrite_output_dir=True" in line, line
-    check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))  # the advice: the folder's rules take that overwrite
+    # the advice: the folder's rules take that overwrite
+    check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))
