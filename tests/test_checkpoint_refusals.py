@@ -53,6 +53,10 @@ def test_a_config_json_that_does_not_describe_the_weights_is_refused_naming_it(t
     folder = tmp_path / "edited"
     shutil.copytree(base_with_tokenizer, folder)
     cfg = json.loads((folder / "config.json").read_text())
+    if key == "rope_theta":  # a RoPE entry's own base is the one transformers runs (the top level only fills in where
+        # the entry holds none: standardize_rope_params' setdefault): the edit goes where it is read
+        cfg = {k: ({n: v for n, v in e.items() if n != "rope_theta"} if isinstance(e, dict) and
+                   k in ("rope_parameters", "rope_scaling") else e) for k, e in cfg.items()}
     (folder / "config.json").write_text(json.dumps({**cfg, key: value}))
     if key in ("rope_theta", "max_position_embeddings"):  # rope_theta: NaN frequencies, the eval scored nothing,
         # "no reason recorded", exit 0; max_position_embeddings: refused as the eval's max_seq_len, not config.json's
