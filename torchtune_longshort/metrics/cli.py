@@ -269,13 +269,6 @@ def _main(argv=None) -> int:
     opened = _open_checkpoint(args, ap)
     folder, tok = opened.folder, opened.tokenizer
     keep_freed_blocks_on(args.device, args.cpu_keep_freed_blocks)
-    # what started and how much there is, before the model load and the corpus read (seconds without a word)
-    print(f"{_prog()}: measuring {counted(args.num_samples, 'sample')} of {args.length} tokens from --data "
-          f"{args.data} on {args.device}; loading {folder.path} ...", file=sys.stderr, flush=True)
-    with parameters_as_typed(opened.rope_override, WHERE):
-        model = load_hf_checkpoint(folder, rope=opened.rope_override, max_seq_len=args.length, device=args.device,
-                                   length_field="--length")
-
     # a stdlib --data that holds text the checkpoint's run trained on (its torchtune_config.yaml): said, not refused
     trained_text = warn_overlap(args.data, [args.checkpoint_dir], "--data",
                                 lambda line: print(f"{_prog()}: warning: {line}", file=sys.stderr))
@@ -291,6 +284,14 @@ def _main(argv=None) -> int:
     except TooFewSequences as e:
         raise TooFewSequences(f"--num-samples={args.num_samples} at --length={args.length}: {e}; lower either, or "
                               "give --data more text") from None
+
+    # what started and how much there is, before the model load (seconds without a word); after the data is read, so
+    # that a refusal of --data stays the command's one line
+    print(f"{_prog()}: measuring {counted(args.num_samples, 'sample')} of {args.length} tokens from --data "
+          f"{args.data} on {args.device}; loading {folder.path} ...", file=sys.stderr, flush=True)
+    with parameters_as_typed(opened.rope_override, WHERE):
+        model = load_hf_checkpoint(folder, rope=opened.rope_override, max_seq_len=args.length, device=args.device,
+                                   length_field="--length")
 
     # Only the last position of each suffix is projected to the vocabulary.
     res = misalignment_metric(
