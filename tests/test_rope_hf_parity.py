@@ -158,7 +158,8 @@ def test_frequencies_of_a_hub_entry_equal_transformers_rope_init_function(name):
     assert rope.attention_scaling == pytest.approx(want_scale, rel=1e-12)
 
 
-@pytest.mark.parametrize("length", [4096, 4097, 10000])
+# 1, 4094, 4095: below the original length the plain base (a trigger of `length < L - 1` passed the others)
+@pytest.mark.parametrize("length", [1, 4094, 4095, 4096, 4097, 10000])
 def test_dynamic_ntk_base_at_a_length_equals_transformers_rope_init_function(length):
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
