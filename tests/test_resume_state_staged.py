@@ -18,6 +18,22 @@ class Killed(BaseException):
     """Stands for a SIGKILL at that instant: no ``except Exception`` and no clean-up of the recipe's runs."""
 
 
+def _commit_killed_at(ckpts, staged, step, monkeypatch, name, hits):
+    """Commit ``staged`` as ``step`` with ``os.<name>`` dying (:class:`Killed`) at the call where ``hits(src, dst)``:
+    the folder as that kill leaves it."""
+    real = getattr(os, name)
+
+    def killed(src, dst):
+        if hits(Path(src), Path(dst)):
+            raise Killed
+        return real(src, dst)
+
+    monkeypatch.setattr(os, name, killed)
+    with pytest.raises(Killed):
+        ckpts.commit(staged, step)
+    monkeypatch.setattr(os, name, real)
+
+
 def test_a_save_killed_before_its_state_moved_in_resumes_from_that_step(tmp_path, sp_tokenizer_dir, monkeypatch):
     from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
     from torchtune_longshort.models.hf_model import decoder_config, hf_decoder
@@ -39,17 +55,8 @@ def test_a_save_killed_before_its_state_moved_in_resumes_from_that_step(tmp_path
     staged = ckpts.staging_root / "step_4"
     shutil.copytree(tmp_path / "ckpt", staged)
     atomic_torch_save({"step": 4, "marker": "four"}, staged_state_path(staged))
-    replace = os.replace
-
-    def killed(src, dst):  # the state's move into recipe_state/: the run dies first
-        if Path(dst).parent.name == "recipe_state":
-            raise Killed
-        return replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", killed)
-    with pytest.raises(Killed):
-        ckpts.commit(staged, 4)
-    monkeypatch.setattr(os, "replace", replace)
+    # the state's move into recipe_state/: the run dies first
+    _commit_killed_at(ckpts, staged, 4, monkeypatch, "replace", lambda src, dst: dst.parent.name == "recipe_state")
     assert (out / "step_4").is_dir() and not recipe_state_path(out / "step_4").exists()  # the kill's moment
     left = out / ".staging" / "step_4.pt"
     assert torch.load(left, weights_only=False) == {"step": 4, "marker": "four"}
@@ -102,17 +109,8 @@ def test_a_save_killed_between_the_renames_of_a_step_it_replaces_keeps_that_step
     staged = ckpts.staging_root / "step_4"
     shutil.copytree(ckpt, staged)
     atomic_torch_save({"step": 4}, staged_state_path(staged))
-    rename = os.rename
-
-    def killed(src, dst):  # the new step_4's rename into place: the run dies first
-        if Path(src) == staged:
-            raise Killed
-        return rename(src, dst)
-
-    monkeypatch.setattr(os, "rename", killed)
-    with pytest.raises(Killed):
-        ckpts.commit(staged, 4)
-    monkeypatch.setattr(os, "rename", rename)
+    # the new step_4's rename into place: the run dies first
+    _commit_killed_at(ckpts, staged, 4, monkeypatch, "rename", lambda src, dst: src == staged)
     assert not (out / "step_4").exists() and (out / ".staging" / "old_step_4").is_dir()  # the kill's moment
 
     assert ckpts.latest(resumable=True) == out / "step_2"
