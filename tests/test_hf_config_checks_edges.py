@@ -5,6 +5,7 @@ the folder-level tests do not reach: called on the dicts directly, each against 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,24 @@ def test_a_null_rope_base_inside_rope_scaling_is_refused_in_one_line():
         float(None)
     with pytest.raises(ValueError, match=r"^m/config.json: rope_scaling.rope_theta=None is not a RoPE base"):
         check_rope_base({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "rope_theta": None}}, WHERE)
+
+
+def test_an_explicit_null_count_of_positions_is_refused_as_transformers_refuses_it(tmp_path, tiny_llama2_dir):
+    """``"max_position_embeddings": null`` raised int()'s TypeError as a traceback where the folder was opened (eval,
+    training from it as the base). transformers' own config class refuses the null too (a missing key it fills)."""
+    from transformers import AutoConfig
+
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_llama2_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = None
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Exception, match="max_position_embeddings"):
+        AutoConfig.from_pretrained(folder)
+    with pytest.raises(ValueError, match=r"config.json: max_position_embeddings=null is not a count of positions"):
+        CheckpointFolder.open(folder)
+    with pytest.raises(ValueError, match=r"^m/config.json: max_position_embeddings=null is not a count of positions"):
+        check_max_position_embeddings({"max_position_embeddings": None}, WHERE)
+    check_max_position_embeddings({}, WHERE)  # no key: transformers' default applies, no refusal

@@ -38,9 +38,14 @@ def check_rope_base(config: Dict[str, Any], where: Path) -> None:
 def check_max_position_embeddings(config: Dict[str, Any], where: Path) -> None:
     """A ``max_position_embeddings`` that is no count of positions is refused when the folder is opened: it was
     refused as the eval model's own argument ("max_seq_len=0 must be an int >= 1"), and Infinity / NaN (json reads
-    both) raised int()'s OverflowError / ValueError, naming no file. 4096.0 is a count too."""
-    positions = config.get("max_position_embeddings")
-    if positions is not None and (isinstance(positions, bool) or not isinstance(positions, (int, float))
-                                  or not float(positions).is_integer() or positions < 1):
-        raise ValueError(f"{where}: max_position_embeddings={positions!r} is not a count of positions (an integer "
+    both) raised int()'s OverflowError / ValueError, naming no file. 4096.0 is a count too. An explicit null is no
+    count either (transformers' config class refuses it: "expected int, got NoneType"); it raised int()'s TypeError
+    as a traceback. A missing key is no refusal: transformers' default for the family applies."""
+    if "max_position_embeddings" not in config:
+        return
+    positions = config["max_position_embeddings"]
+    if positions is None or isinstance(positions, bool) or not isinstance(positions, (int, float)) \
+            or not float(positions).is_integer() or positions < 1:
+        shown = "null" if positions is None else repr(positions)
+        raise ValueError(f"{where}: max_position_embeddings={shown} is not a count of positions (an integer "
                          ">= 1: 4096 for Llama-2): put back the config.json written with these weights")
