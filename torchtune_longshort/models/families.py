@@ -170,11 +170,11 @@ class ModelFamily:
         return self.build(config, max_seq_len, lora)
 
     def check_builds(self, config: Config) -> None:
-        """Refuse what :attr:`build` refuses in ``config`` (a bias, head size, sliding window or partial rotation its
-        torchtune builder cannot build) without a weight: the plain model built on the meta device, as the config
-        check asks before a run (``longshort-validate`` said OK to a folder whose run then refused it)."""
+        """Refuse what :attr:`build` refuses in ``config`` (a bias, head size, sliding window or partial rotation) on
+        the meta device, as the config check asks before a run (``longshort-validate`` said OK to a folder whose run
+        then refused it); at 1 position: none depends on it, and opening the folder checks config.json's positions."""
         with torch.device("meta"):
-            self.build(config, int(config.get("max_position_embeddings") or 4096), None)
+            self.build(config, 1, None)
 
     @property
     def torchtune_model_type(self) -> str:
