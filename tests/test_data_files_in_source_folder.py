@@ -102,3 +102,21 @@ def test_a_data_dir_under_a_folder_source_is_read_inside_the_folder(books):
     expected = list(load_dataset_builder(str(books), data_dir="sub", data_files="*.txt").config.data_files["train"])
     files = named_files({"source": str(books), "data_dir": "sub", "data_files": "*.txt"}, "dataset")
     assert [os.fspath(f) for _, f in files] == expected
+
+
+def test_a_builder_sources_relative_data_files_are_read_inside_its_data_dir(books, monkeypatch):
+    """``source: text, data_dir: books, data_files: a.txt`` is ``books/a.txt`` to datasets (its packaged-module
+    factory resolves the patterns in ``data_dir``): the check read ``./a.txt`` and refused "dataset.data_files='a.txt'
+    does not exist"; with an ``a.txt`` (or an empty one) in the current directory it checked that file instead."""
+    from datasets import load_dataset_builder
+
+    monkeypatch.chdir(books.parent)
+    data_dir = "books"
+    expected = list(load_dataset_builder("text", data_dir=data_dir, data_files="a.txt").config.data_files["train"])
+    args = {"source": "text", "data_dir": data_dir, "data_files": "a.txt"}
+    assert [os.fspath(f) for _, f in named_files(args, "dataset")] == expected
+    assert list(hf_text("text", data_dir=data_dir, data_files="a.txt", streaming=False)()) == \
+        [open(f).read() for f in expected]
+    with pytest.raises(FileNotFoundError, match=r"^dataset.data_files='nope.txt' does not exist in the folder of "
+                                                r"dataset.data_dir"):
+        named_files({**args, "data_files": "nope.txt"}, "dataset")

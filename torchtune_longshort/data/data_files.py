@@ -41,6 +41,8 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
         return out
     for key in ("data_dir", "source"):
         value = args.get(key)
+        if key == "data_dir" and args.get("data_files") and builder_data_dir(args.get("source"), value):
+            continue  # a packaged builder reads the data_files alone, inside data_dir (named_data_files)
         if key == "source" and looks_local(value) and not Path(value).expanduser().exists():
             # datasets' own "Couldn't find any data file at ..." named no key and came when the run started
             raise FileNotFoundError(f"{where}.source={value!r} does not exist: name a local folder or file that "
@@ -54,7 +56,8 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
 def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     """``[(field, file)]`` of the local files ``args``' ``data_files`` names (its ``split``'s, of a dict), refused
     with its field when one names nothing. A relative entry is read where ``datasets`` reads it: inside a local
-    folder ``source`` (:func:`source_folder`), else from the current directory."""
+    folder ``source`` (:func:`source_folder`) or a packaged builder's ``data_dir`` (:func:`builder_data_dir`), else
+    from the current directory."""
     files = args.get("data_files")
     if isinstance(files, Mapping):
         split = args.get("split", "train")
@@ -64,8 +67,11 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
         return []
     field = f"{where}.data_files"
     folder = source_folder(args.get("source"), args.get("data_dir"))
+    base = f"{where}.source"
+    if folder is None:
+        folder, base = builder_data_dir(args.get("source"), args.get("data_dir")), f"{where}.data_dir"
     if folder is not None:
-        files = [g for f in files for g in _in_folder(f, folder, field, f"{where}.source")]
+        files = [g for f in files for g in _in_folder(f, folder, field, base)]
     return [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
 
 
@@ -83,6 +89,17 @@ def source_folder(source: Any, data_dir: Any = None) -> Optional[Path]:
     return Path(source, data_dir or "").expanduser().resolve()
 
 
+def builder_data_dir(source: Any, data_dir: Any) -> Optional[Path]:
+    """The folder a packaged builder (``source: json``, ``text``...) reads a relative ``data_files`` entry in: its
+    ``data_dir``, resolved as ``datasets``' ``PackagedDatasetModuleFactory`` resolves it (the entries were read from
+    the current directory, which ``load_dataset`` does not read); None without one, or for another source."""
+    if not isinstance(source, str) or not isinstance(data_dir, str) or not data_dir:
+        return None
+    from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES  # deferred: datasets (heavy import)
+
+    return Path(data_dir).expanduser().resolve() if source in _PACKAGED_DATASETS_MODULES else None
+
+
 def _in_folder(entry: Any, folder: Path, field: str, source_field: str) -> List[Any]:
     """The files a ``data_files`` ``entry`` names inside a local source ``folder``, matched by ``datasets``' own
     ``resolve_pattern`` (a relative entry is joined to the folder); an absolute (or ``~``) entry as it is. A relative
@@ -97,8 +114,8 @@ def _in_folder(entry: Any, folder: Path, field: str, source_field: str) -> List[
         here = f"; {os.getcwd()!r} holds it, but" if (Path(entry).exists() or glob_files(entry)) else ", and"
         raise FileNotFoundError(
             f"{field}={entry!r} does not exist in the folder of {source_field}, {str(folder)!r} (no such file or "
-            f"glob match){here} datasets reads a relative data_files entry inside a local source folder, not from "
-            "the current directory: name it from that folder, or by its absolute path") from None
+            f"glob match){here} datasets reads a relative data_files entry inside that folder, not from the current "
+            "directory: name it from that folder, or by its absolute path") from None
 
 
 def looks_local(source: Any) -> bool:
