@@ -120,3 +120,23 @@ def test_a_builder_sources_relative_data_files_are_read_inside_its_data_dir(book
     with pytest.raises(FileNotFoundError, match=r"^dataset.data_files='nope.txt' does not exist in the folder of "
                                                 r"dataset.data_dir"):
         named_files({**args, "data_files": "nope.txt"}, "dataset")
+
+
+def test_a_tilde_in_data_files_under_a_folder_source_is_read_as_datasets_reads_it(books, tmp_path, monkeypatch):
+    """``data_files: "~/x.txt"`` is ``<folder>/~/x.txt`` to datasets (``~`` is not expanded in a relative pattern):
+    the check expanded it, passed ``$HOME/x.txt``, and the load then failed in datasets' words."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "x.txt").write_text("in the home folder\n")
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(FileNotFoundError) as datasets_error:
+        datasets_reads(str(books), "~/x.txt")
+    assert os.fspath(books / "~" / "x.txt") in str(datasets_error.value)
+    with pytest.raises(FileNotFoundError, match=r"^dataset.data_files='~/x.txt' does not exist in the folder of "
+                                                r"dataset.source, .*datasets does not expand ~ \(that would be"):
+        named_files({"source": str(books), "data_files": "~/x.txt"}, "dataset")
+    (books / "~").mkdir()  # a folder named ~ inside the source: what datasets reads
+    (books / "~" / "x.txt").write_text("in the folder named ~\n")
+    expected = datasets_reads(str(books), "~/x.txt")
+    assert [os.fspath(f) for _, f in named_files({"source": str(books), "data_files": "~/x.txt"}, "dataset")] == \
+        expected == [os.fspath(books / "~" / "x.txt")]

@@ -102,16 +102,20 @@ def builder_data_dir(source: Any, data_dir: Any) -> Optional[Path]:
 
 def _in_folder(entry: Any, folder: Path, field: str, source_field: str) -> List[Any]:
     """The files a ``data_files`` ``entry`` names inside a local source ``folder``, matched by ``datasets``' own
-    ``resolve_pattern`` (a relative entry is joined to the folder); an absolute (or ``~``) entry as it is. A relative
-    entry that matches nothing there is refused with ``field``, the folder and the current directory (not read)."""
+    ``resolve_pattern`` (a relative entry is joined to the folder); an absolute entry as it is. ``~/x.txt`` is
+    relative there: ``datasets`` does not expand ``~`` (it reads ``<folder>/~/x.txt``). A relative entry that matches
+    nothing there is refused with ``field``, the folder and the current directory (not read)."""
     from datasets.data_files import resolve_pattern  # deferred: datasets (heavy import)
 
-    if not isinstance(entry, str) or Path(entry).expanduser().is_absolute():
+    if not isinstance(entry, str) or Path(entry).is_absolute():
         return [entry]
     try:
         return resolve_pattern(entry, folder.as_posix())
     except FileNotFoundError:
         here = f"; {os.getcwd()!r} holds it, but" if (Path(entry).exists() or glob_files(entry)) else ", and"
+        home = os.path.expanduser(entry)
+        if home != entry and (Path(home).exists() or glob_files(home)):
+            here = f"; datasets does not expand ~ (that would be {home!r}), and"
         raise FileNotFoundError(
             f"{field}={entry!r} does not exist in the folder of {source_field}, {str(folder)!r} (no such file or "
             f"glob match){here} datasets reads a relative data_files entry inside that folder, not from the current "
