@@ -19,6 +19,18 @@ from torchtune_longshort.training.out_of_space import OutOfSpace
 log = utils.get_logger("INFO")
 
 
+def latest_checkpoint_said(ckpts) -> str:
+    """The newest complete step folder of ``ckpts`` (a :class:`~.checkpointing.StepCheckpoints`), as the run's last
+    line names it; one without its recipe state (a cut save's ``old_step_<k>`` put back) says so and names the step
+    ``resume=True`` continues from (the weights-only step was named alone, after "Nothing to train: resumed at
+    step 2")."""
+    last, resumable = ckpts.latest(), ckpts.latest(resumable=True)
+    if last is None or last == resumable:
+        return str(last)
+    return (f"{last} (weights only: no recipe state; resume=True continues from "
+            f"{resumable if resumable is not None else 'no step of this run'})")
+
+
 class RecipeSaving:
     """``save_checkpoint``, the writing and disk forecast it runs, and the save after running out of memory, for the
     fine-tuning recipe."""
