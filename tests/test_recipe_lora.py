@@ -71,9 +71,11 @@ def test_lora_writes_peft_adapters_and_resumes_exactly_from_them(tmp_path, tiny_
 
 @pytest.mark.slow
 def test_qlora_loss_goes_down_and_resumes_exactly(tmp_path, sp_tokenizer_dir):
-    """QLoRA (NF4 base, LongQLoRA's trained embeddings and norms): the loss goes down, and a run stopped at step 12
-    and resumed gives the uninterrupted run's 24 losses, bit for bit (the NF4 weights are rebuilt from the base
-    checkpoint; the adapters, embeddings, norms and optimizer state come from the recipe state)."""
+    """QLoRA (NF4 base, LongQLoRA's trained embeddings and norms): the loss goes down, and the run resumed from its
+    step 12 (its later steps removed, as test_lora_writes_peft_adapters_... does) gives the uninterrupted run's 24
+    losses, bit for bit (the NF4 weights are rebuilt from the base checkpoint; the adapters, embeddings, norms and
+    optimizer state come from the recipe state). One 24-step run and a 12-step resume, not a second run stopped at
+    step 12 beside them: its 12 steps repeated the first run's."""
     from torchtune_longshort.models.hf_llama import write_random_llama2_checkpoint
 
     ckpt = write_random_llama2_checkpoint(
@@ -81,19 +83,17 @@ def test_qlora_loss_goes_down_and_resumes_exactly(tmp_path, sp_tokenizer_dir):
         intermediate_dim=384, max_seq_len=256, seed=0,
     )
     out = tmp_path / "out"
-    run_tune(
-        tune_cmd("configs/tiny/qlora_from_checkpoint.yaml", ckpt, sp_tokenizer_dir, out, "max_steps=24"),
-        tmp_path,
-    )
+    cmd = tune_cmd("configs/tiny/qlora_from_checkpoint.yaml", ckpt, sp_tokenizer_dir, out, "max_steps=24",
+                   "save_every_n_steps=12", "keep_recipe_states=2")
+    run_tune(cmd, tmp_path)
     first, last = _first_and_last(out)
     assert last < first - 0.3, (first, last)
-    stopped = tmp_path / "stopped"
-    cmd = tune_cmd("configs/tiny/qlora_from_checkpoint.yaml", ckpt, sp_tokenizer_dir, stopped, "max_steps=24",
-                   "save_every_n_steps=12")
-    run_tune(cmd + ["stop_after_step=12"], tmp_path)
-    assert [s for s, _ in losses(stopped)] == list(range(1, 13))
+    reference = losses(out)
+    assert [s for s, _ in reference] == list(range(1, 25))
+    shutil.rmtree(out / "step_24")
+    (out / "recipe_state" / "step_24.pt").unlink()
     run_tune(cmd + ["resume=True"], tmp_path)
-    assert losses(stopped) == losses(out) and len(losses(out)) == 24
+    assert losses(out) == reference
 
 
 def _ppl_pair(step: Path, tmp: Path):
