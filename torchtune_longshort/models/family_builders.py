@@ -203,7 +203,8 @@ def build_llama(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
     _no_bias(config, where)
     _check_activation(config, where)
     _check_head_dim(config, where)
-    kw = dict(checkpoint_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)))
+    # a config.json without rms_norm_eps: LlamaConfig's 1e-6 (torchtune's builder default, 1e-5, is not the model)
+    kw = dict(checkpoint_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)))
     if lora:
         lk = _lora(lora)
         refuse_tied_output_lora(lk, tied, where)
@@ -224,7 +225,7 @@ def build_mistral(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any
     _check_activation(config, "mistral")
     _check_head_dim(config, "mistral")
     kw = dict(checkpoint_dims(config, "mistral"),
-              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),  # MistralConfig's
               rope_base=rope_theta(config))
     return lora_mistral(**_lora(lora), **kw) if lora else mistral(**kw)
 
