@@ -1,5 +1,6 @@
 """A config.json that leaves a key out is read as transformers reads it: each family's builder takes the default of
-transformers' own config class (the reference, asked here, never restated)."""
+transformers' own config class (the reference, asked here, never restated) for the norm epsilon, the RoPE base and
+the output tying; a tied folder that still stores ``lm_head`` converts to the keys of the tied torchtune model."""
 
 from __future__ import annotations
 
@@ -38,3 +39,71 @@ def test_a_config_without_rms_norm_eps_gets_transformers_default(family):
     model = _built(family, config)
     eps = {m.eps for m in model.modules() if type(m).__name__.endswith("RMSNorm")}
     assert eps == {_hf_default(family, "rms_norm_eps")}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_config_without_rope_theta_gets_transformers_base(family):
+    config = _config(family, tie_word_embeddings=MODEL_FAMILIES[family].tied_default)
+    model = _built(family, config)
+    bases = {float(m.pos_embeddings.base) for m in model.modules() if getattr(m, "pos_embeddings", None) is not None}
+    assert bases == {float(_hf_default(family, "rope_parameters")["rope_theta"])}
+
+
+@pytest.mark.parametrize("family", ["qwen2", "gemma"])
+def test_a_config_without_tie_word_embeddings_is_tied_as_transformers_ties_it(family):
+    from torchtune.modules import TiedLinear
+
+    model = _built(family, _config(family))
+    tied = isinstance(model.output, TiedLinear) or "output.weight" not in dict(model.named_parameters())
+    assert tied is bool(_hf_default(family, "tie_word_embeddings"))
+
+
+def test_a_tied_llama_folder_that_stores_lm_head_converts_to_the_tied_models_keys():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = _config("llama", tie_word_embeddings=True, rms_norm_eps=1e-5)
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(LlamaConfig(**config))
+    sd = {k: v.clone() for k, v in hf.state_dict().items()}
+    sd["lm_head.weight"] = sd["model.embed_tokens.weight"].clone()  # a hub folder may keep the tied copy
+    family = family_of(config)
+    assert family.name == "llama_tied"
+    tune = family.hf_to_tune(sd, config)
+    assert set(tune) == set(family.build(config, 64, None).state_dict())
+
+
+@pytest.mark.parametrize("top, inside", [(0.5, None), (None, 0.75), (1.0, 0.75), (0.5, 0.75)])
+def test_partial_rotation_is_read_where_transformers_reads_it(top, inside):
+    from transformers import Phi3Config
+
+    from torchtune_longshort.models.family_builders import partial_rotary_factor
+
+    entry = {"rope_type": "default", "rope_theta": 10000.0}
+    if inside is not None:
+        entry["partial_rotary_factor"] = inside
+    config = _config("phi3", rope_parameters=entry, **({} if top is None else {"partial_rotary_factor": top}))
+    hf = Phi3Config.from_dict(dict(config)).rope_parameters.get("partial_rotary_factor", 1.0)
+    assert partial_rotary_factor(config) == hf
+
+
+@pytest.mark.parametrize("factors", [3, 4])
+def test_longrope_factors_of_a_partly_rotated_head_are_accepted_as_transformers_accepts_them(factors):
+    from transformers import Phi3Config
+
+    from torchtune_longshort.models.hf_rope import rope_spec_from_hf_config
+
+    # head_dim 8, 3/4 rotated: 6 dimensions, 3 pairs; transformers validates the factors' length against them
+    entry = {"type": "longrope", "short_factor": [1.0] * factors, "long_factor": [2.0] * factors,
+             "partial_rotary_factor": 0.75}
+    config = _config("phi3", max_position_embeddings=256, original_max_position_embeddings=64, rope_scaling=entry)
+    try:
+        Phi3Config(**config)
+        hf_accepts = True
+    except Exception:  # transformers 5: huggingface_hub's StrictDataclassClassValidationError, no ValueError
+        hf_accepts = False
+    try:
+        rope_spec_from_hf_config(config)
+        ours_accepts = True
+    except ValueError:
+        ours_accepts = False
+    assert ours_accepts is hf_accepts
