@@ -33,6 +33,7 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported 
     from torchtune_longshort.study.stages import hold_output_folder
     from torchtune_longshort.study.preflight import preflight
     from torchtune_longshort.study.table1.config import load_table1_config
+    from torchtune_longshort.study.table1.report import build_table1_report, check_table1_report_dir
 
 OUT_FIELD = "--out (or the config's output_dir)"  # as the runner's refusals name it
 
@@ -53,12 +54,8 @@ def main(argv=None) -> int:
                    help="folder relative paths are resolved against (default: the working directory)")
     a = p.parse_args(argv)
     quiet_upstream()  # before the imports below: torchao logs its line on import
-    no_plots = matplotlib_problem()  # the report draws its figure: one line, before any cell runs
-    if no_plots:
-        return refusal(PROG, f"{no_plots} and rerun (the report's figure is drawn with it)")
-    # deferred: lm_eval, matplotlib (the runner builds the eval model, the report draws; --help and bad arguments
+    # deferred: lm_eval (the runner builds the eval model; --help and bad arguments
     # answer without them)
-    from torchtune_longshort.study.table1.report import build_table1_report, check_table1_report_dir
     from torchtune_longshort.study.table1.runner import Table1
 
     root = Path(a.repo_root).resolve()
@@ -80,6 +77,12 @@ def main(argv=None) -> int:
     if not a.report_only:
         refusing(PROG, t1.check_cells)  # every variant's RoPE at every length, as the eval model builds it
         refusing(PROG, lambda: preflight(t1, log=lambda m: say(m.replace("[study]", "[table1]"))))
+    # the report draws its figure: one line, before any cell runs; asked after every other check, as importing
+    # matplotlib writes its font cache and config folder under HOME (a refused config left them)
+    no_plots = matplotlib_problem()
+    if no_plots:
+        return refusal(PROG, f"{no_plots} and rerun (the report's figure is drawn with it)")
+    if not a.report_only:
         # a second Table 1 on the same folder ran every cell again beside the first
         lock = refusing(PROG, lambda: hold_output_folder(t1.out, "table1"))
         try:  # a stop reaches the running cells' lm-eval, no cell starts after it; one line, 130 / 143

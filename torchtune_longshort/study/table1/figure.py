@@ -8,9 +8,10 @@ rules (:mod:`torchtune_longshort.plots.axes`: value axes, quick runs marked)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from torchtune_longshort.plots.axes import MARKERS, mark_quick, overlapping, value_axis
 from torchtune_longshort.plots.panels import wrapped_title
@@ -37,6 +38,8 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
     """The figure of :func:`~torchtune_longshort.study.table1.analysis.analyze`'s ``analysis`` (see the module
     doc); each variant keeps one colour and marker across panels."""
     entries = list(analysis["per_length"].values())
+    from matplotlib.figure import Figure  # here, not at import: importing matplotlib writes its font cache under
+    # HOME, and a refused Table 1 (which imports this module to check --report-dir) leaves nothing
     fig = Figure(figsize=(_PANEL_IN[0] * len(entries), _PANEL_IN[1] * len(TARGETS)), layout="constrained")
     axes = fig.subplots(len(TARGETS), len(entries), squeeze=False)
     names = list(cfg.variants)
