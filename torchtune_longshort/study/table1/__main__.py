@@ -60,6 +60,11 @@ def main(argv=None) -> int:
 
     root = Path(a.repo_root).resolve()
     say = lambda m: print(m, flush=True)  # noqa: E731
+    if not a.report_only:  # folders named on the command line before the config, whose pypi: model is fetched and
+        # converted as it is read (minutes, ~0.5 GB under HOME: it was, and then --out was refused as a file)
+        for flag, folder in ((OUT_FIELD, a.out), ("--report-dir", a.report_dir)):
+            if folder:
+                refusing(PROG, lambda: check_creatable(flag, str(Path(folder).absolute()), writable=True))
     with pypi_paths_only() if a.report_only else contextlib.nullcontext():  # --report-only evaluates nothing
         cfg = refusing(PROG, lambda: load_table1_config(resolve_config(a.config, root, "--config"), quick=a.quick,
                                                         repo_root=root))
