@@ -25,7 +25,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16, the datasheets'
+# dense bf16, the datasheets' (half their with-sparsity figure); the PCIe and NVL cards before the SXM name they hold
+PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H200 NVL": 835.0, "H100": 989.0, "H200": 989.0,
+               "A100": 312.0}
 
 
 def free(device) -> None:

@@ -47,9 +47,11 @@ def test_smollm2_135m_at_1k_is_the_0913_gflop_per_token_of_the_benchmark_doc():
 
 
 @pytest.mark.parametrize("name, tflops", [("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H200", 989),
+                                          ("NVIDIA H100 PCIe", 756), ("NVIDIA H100 NVL", 835), ("NVIDIA H200 NVL", 835),
                                           ("NVIDIA A100-SXM4-80GB", 312), ("NVIDIA L4", None)])
 def test_peak_flops_is_the_datasheets_dense_bf16(monkeypatch, name, tflops):
-    """NVIDIA's datasheets: H100 / H200 SXM 989 TFLOPS dense BF16 (1979 is with sparsity), A100 312."""
+    """NVIDIA's datasheets: H100 / H200 SXM 989 TFLOPS dense BF16 (1979 is with sparsity), H100 PCIe 756 (1513),
+    H100 NVL and H200 NVL 835 (1671), A100 312."""
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
     got = gpu_parts.peak_flops("cuda")
     assert (None if got is None else round(got / 1e12)) == tflops
