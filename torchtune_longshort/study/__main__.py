@@ -209,14 +209,10 @@ def _logs_of(study: Study, key: str, stage: Optional[str]) -> List[Path]:
 def _train(study: Study, only: Optional[List[str]]) -> Optional[int]:
     """The pre-flight, then the grid (:func:`_run`); None when the grid ran to its end, else the exit status."""
     missing = tune_problem() if study.runs() else None
-    no_plots = matplotlib_problem()  # the report's figures, drawn after hours of training: asked first
-    if no_plots and not missing:
-        missing = (f"{no_plots} (the report's figures cannot be drawn: the study would train and end without them; "
-                   "--report-only writes the tables without figures)")
     if missing:  # before the pre-flight, which reads the data for minutes on a real model
         return refusal(PROG, missing)
-    try:  # the evaluation's data, with its tokenizer: every cell measurable
-        preflight(study, log=study.log)
+    try:  # the evaluation's data, with its tokenizer: every cell measurable; then matplotlib
+        preflight(study, log=study.log, last_check=_plots_check)
     except StudyConfigError as e:
         return refusal(PROG, one_line(e))
     except OSError as e:  # the tokenizer it trained, put in place on a full disk: one line, as a run's write
@@ -227,6 +223,15 @@ def _train(study: Study, only: Optional[List[str]]) -> Optional[int]:
         print("[study] interrupted during the pre-flight: no run started; rerun the same command", file=sys.stderr)
         return 128 + signal.SIGINT
     return _run(study, only)
+
+
+def _plots_check() -> None:
+    """The report's figures, drawn after hours of training: asked before anything trains, and after every other
+    check (importing matplotlib writes its font cache and config folder under HOME: a refused config left them)."""
+    no_plots = matplotlib_problem()
+    if no_plots:
+        raise StudyConfigError(f"{no_plots} (the report's figures cannot be drawn: the study would train and end "
+                               "without them; --report-only writes the tables without figures)")
 
 
 def _run(study: Study, only: Optional[List[str]]) -> Optional[int]:

@@ -247,9 +247,11 @@ def _trained_tokenizer(study: Any, into: Path, log: Callable[[str], None]) -> Op
     return folder
 
 
-def preflight(study: Any, log: Callable[[str], None] = print) -> None:
+def preflight(study: Any, log: Callable[[str], None] = print, last_check: Callable[[], None] = lambda: None) -> None:
     """Refuse (:class:`StudyConfigError`) a study whose evaluation cannot measure every cell, before anything
-    trains (see the module doc); logs what was checked, what was not, and the time it took."""
+    trains (see the module doc); logs what was checked, what was not, and the time it took. ``last_check``: the
+    caller's own check that has a side effect (importing matplotlib writes under HOME), run once every problem here
+    is ruled out and before the study's tokenizer is put in its output folder."""
     t0 = time.time()
     cfg, ev = study.cfg, study.cfg.eval
     problems = _length_problems(study) + _base_problems(study, log)
@@ -300,6 +302,7 @@ def preflight(study: Any, log: Callable[[str], None] = print) -> None:
         if problems:
             raise StudyConfigError("study config: the evaluation could not measure every cell (pre-flight check, "
                                    "before anything trains):\n  - " + "\n  - ".join(problems))
+        last_check()
         if trained is not None and not study.tokenizer_dir().exists():
             study.claim_output()
             _put_in_place(trained, study.tokenizer_dir())

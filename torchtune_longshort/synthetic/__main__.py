@@ -143,9 +143,6 @@ def _main(a: argparse.Namespace, argv=None) -> int:
         base, workers = _base_config(a)
         if a.figure is not None:
             names = _figure_names(a.figure)
-            no_plots = matplotlib_problem()  # every figure is drawn: asked before anything trains or is read
-            if no_plots:
-                raise ValueError(f"--figure: {no_plots} and rerun (the figures cannot be drawn without it)")
             paper = [n for n in names if n in PAPER_FIGURES]
             beyond = [n for n in names if n in BEYOND_FIGURES]
             n_seeds, l_trains, lrs = _figure_options(a, base.l_test, beyond_only=bool(beyond) and not paper,
@@ -172,6 +169,11 @@ def _main(a: argparse.Namespace, argv=None) -> int:
         if a.replot and not Path(a.out).is_dir():
             raise FileNotFoundError(f"--out {a.out!r} does not exist: --replot redraws the figures a run wrote "
                                     "there; name that folder")
+        # every figure is drawn: asked before anything trains or is read, and after every other check (importing
+        # matplotlib writes its font cache and config folder under HOME: a refused --out left them)
+        no_plots = matplotlib_problem() if a.figure is not None else None
+        if no_plots:
+            raise ValueError(f"--figure: {no_plots} and rerun (the figures cannot be drawn without it)")
     except REFUSED as e:
         return refusal(PROG, flag_names(one_line(e)))
     if a.figure is None:
