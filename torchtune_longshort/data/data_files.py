@@ -29,8 +29,9 @@ READ_AGAIN_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt")
 def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     """``[(field, file)]`` of every local file a ``datasets``-backed source's arguments name, in ``datasets``' order;
     a named file or folder that does not exist is refused with its field (``dataset.data_files``). Hub names name no
-    file. Of a local folder ``source``, as ``datasets`` reads it: its ``data_files`` alone where given (the folder's
-    other files are not read), else the files of ``source/data_dir`` (``data_dir`` inside the folder)."""
+    file, nor does a hub source's ``data_dir`` (:func:`hub_source`: a folder inside the repository). Of a local folder
+    ``source``, as ``datasets`` reads it: its ``data_files`` alone where given (the folder's other files are not
+    read), else the files of ``source/data_dir`` (``data_dir`` inside the folder)."""
     out = named_data_files(args, where)
     folder = source_folder(args.get("source"), args.get("data_dir"))
     if folder is not None:  # datasets reads the data_files alone (inside it), else the files of source/data_dir
@@ -43,6 +44,8 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
         value = args.get(key)
         if key == "data_dir" and args.get("data_files") and builder_data_dir(args.get("source"), value):
             continue  # a packaged builder reads the data_files alone, inside data_dir (named_data_files)
+        if key == "data_dir" and hub_source(args.get("source")):
+            continue  # a folder inside the hub repository: the load reports what the hub says of it
         if key == "source" and looks_local(value) and not Path(value).expanduser().exists():
             # datasets' own "Couldn't find any data file at ..." named no key and came when the run started
             raise FileNotFoundError(f"{where}.source={value!r} does not exist: name a local folder or file that "
@@ -57,12 +60,17 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
     """``[(field, file)]`` of the local files ``args``' ``data_files`` names (its ``split``'s, of a dict), refused
     with its field when one names nothing. A relative entry is read where ``datasets`` reads it: inside a local
     folder ``source`` (:func:`source_folder`) or a packaged builder's ``data_dir`` (:func:`builder_data_dir`), else
-    from the current directory."""
+    from the current directory; of a hub source (:func:`hub_source`) it names a file inside the repository, not
+    checked here."""
     files = args.get("data_files")
     if isinstance(files, Mapping):
         split = args.get("split", "train")
         files = files.get(split, [v for vs in files.values() for v in ([vs] if isinstance(vs, str) else vs)])
     files = [f for f in ([files] if isinstance(files, (str, Path)) else files or []) if not is_remote(f)]
+    if hub_source(args.get("source")):
+        from datasets.utils.file_utils import is_relative_path  # deferred: datasets (heavy import)
+
+        files = [f for f in files if not is_relative_path(os.fspath(f))]  # joined to the repository by datasets
     if not files:
         return []
     field = f"{where}.data_files"
@@ -120,6 +128,25 @@ def _in_folder(entry: Any, folder: Path, field: str, source_field: str) -> List[
             f"{field}={entry!r} does not exist in the folder of {source_field}, {str(folder)!r} (no such file or "
             f"glob match){here} datasets reads a relative data_files entry inside that folder, not from the current "
             "directory: name it from that folder, or by its absolute path") from None
+
+
+def hub_source(source: Any) -> bool:
+    """Whether ``load_dataset`` reads ``source`` from the Hugging Face hub, by ``datasets.load``'s
+    ``dataset_module_factory`` order: not a packaged builder (``json``...), no local path, and ``hf://...``,
+    ``buckets/...`` or a relative name with at most one ``/`` (``allenai/c4``). Its ``data_dir`` and relative
+    ``data_files`` name files inside the hub repository (``HubDatasetModuleFactory``), not on the local disk."""
+    if not isinstance(source, str) or looks_local(source):
+        return False
+    from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES  # deferred: datasets (heavy import)
+    from datasets.utils.file_utils import is_relative_path
+
+    if source in _PACKAGED_DATASETS_MODULES:
+        return False
+    if source.startswith(("hf://datasets/", "hf://buckets/")):
+        return True
+    if Path(source).expanduser().exists():  # a local folder (datasets reads it) or file: checked as local
+        return False
+    return source.startswith("buckets/") or (is_relative_path(source) and source.count("/") <= 1)
 
 
 def looks_local(source: Any) -> bool:
