@@ -60,7 +60,7 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
     """``[(field, file)]`` of the local files ``args``' ``data_files`` names (its ``split``'s, of a dict), refused
     with its field when one names nothing. A relative entry is read where ``datasets`` reads it: inside a local
     folder ``source`` (:func:`source_folder`) or a packaged builder's ``data_dir`` (:func:`builder_data_dir`), else
-    from the current directory; of a hub source (:func:`hub_source`) it names a file inside the repository, not
+    from the current directory (``~/x.jsonl`` too: :func:`_tilde_in_current_directory`); of a hub source (:func:`hub_source`) it names a file inside the repository, not
     checked here."""
     files = args.get("data_files")
     if isinstance(files, Mapping):
@@ -80,6 +80,8 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
         folder, base = builder_data_dir(args.get("source"), args.get("data_dir")), f"{where}.data_dir"
     if folder is not None:
         files = [g for f in files for g in _in_folder(f, folder, field, base)]
+    else:
+        files = [g for f in files for g in _tilde_in_current_directory(f, field)]
     return [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
 
 
@@ -147,6 +149,24 @@ def hub_source(source: Any) -> bool:
     if Path(source).expanduser().exists():  # a local folder (datasets reads it) or file: checked as local
         return False
     return source.startswith("buckets/") or (is_relative_path(source) and source.count("/") <= 1)
+
+
+def _tilde_in_current_directory(entry: Any, field: str) -> List[Any]:
+    """The files a ``data_files`` entry read from the current directory names, where it starts with ``~``: matched
+    by ``datasets``' own ``resolve_pattern``, which does not expand ``~`` (``<cwd>/~/x.jsonl``); refused with
+    ``field`` when that matches nothing. Any other entry as it is."""
+    if not isinstance(entry, str) or not entry.startswith("~"):
+        return [entry]
+    from datasets.data_files import resolve_pattern  # deferred: datasets (heavy import)
+
+    here = os.getcwd()
+    try:
+        return resolve_pattern(entry, Path(here).as_posix())
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{field}={entry!r} does not exist: datasets does not expand ~ in data_files (it reads "
+            f"{os.path.join(here, entry)!r}, not {os.path.expanduser(entry)!r}): name the file by its absolute "
+            "path") from None
 
 
 def looks_local(source: Any) -> bool:
