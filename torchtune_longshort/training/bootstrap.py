@@ -25,6 +25,7 @@ from typing import Any, Dict, Mapping, Optional
 from torchtune_longshort.data.stdlib_corpus import stdlib_document, stdlib_dir, stdlib_source_files
 from torchtune_longshort.config.values import integer
 from torchtune_longshort.disk_space import note_room
+from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.tokenizer_training import (
     MIN_VOCAB, VocabBelowCharacters, check_training_folder, pieces_needed, sentencepiece_file,
     train_sentencepiece,
@@ -111,10 +112,13 @@ def _train_into(folder: Path, model_file: Path, made: Optional[Path], vocab_size
 
 
 def _say(line: str) -> None:
-    """One progress line, in the recipe's log (torchtune's logger, rank zero)."""
+    """One progress line, in the recipe's log (torchtune's logger), from a launch's rank 0 alone: read from the
+    launcher's ``RANK``, as the config check builds the tokenizer before the process group exists (torchtune's
+    ``log_rank_zero`` then took every rank for rank 0, and each said it)."""
     from torchtune import utils
 
-    utils.log_rank_zero(utils.get_logger("INFO"), line)
+    if launched_rank() == 0:
+        utils.log_rank_zero(utils.get_logger("INFO"), line)
 
 
 def _size(files) -> str:
