@@ -12,6 +12,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from torchtune_longshort.models import load_hf_checkpoint
+from torchtune_longshort.models.families import family_of
 from torchtune_longshort.models.hf_checkpoint import INDEX_FILE, read_hf_config
 from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 
@@ -20,7 +21,8 @@ def _weights(d):
     return sorted(p.name for p in d.iterdir() if p.name.startswith("model") and p.name != "config.json")
 
 
-@pytest.mark.parametrize("max_bytes", [200_000, 5 * 1024**3])
+# 100_000: the embedding and the output projection (131,072 bytes each) are each over it, the latter after the layers
+@pytest.mark.parametrize("max_bytes", [100_000, 200_000, 5 * 1024**3])
 def test_shards_and_index_are_huggingface_hubs(tmp_path, tiny_llama2_dir, sp_tokenizer_dir, max_bytes):
     ours, hub = tmp_path / "ours", tmp_path / "hub"
     model = load_hf_checkpoint(tiny_llama2_dir, plain_rope=True)
@@ -30,7 +32,9 @@ def test_shards_and_index_are_huggingface_hubs(tmp_path, tiny_llama2_dir, sp_tok
     shards = sorted(set(index["weight_map"].values()))
     tensors = {k: v for s in shards for k, v in load_file(str(ours / s)).items()}
     hub.mkdir()
-    save_torch_state_dict({k: tensors[k] for k in index["weight_map"]}, hub, max_shard_size=max_bytes)  # same order
+    config = read_hf_config(tiny_llama2_dir)  # the hub is given the tensors in the order the writer converts them
+    order = family_of(config).tune_to_hf(model.state_dict(), config)
+    save_torch_state_dict({k: tensors[k] for k in order}, hub, max_shard_size=max_bytes)
     for s in shards:
         with safe_open(str(ours / s), "pt") as f:
             assert f.metadata() == {"format": "pt"}

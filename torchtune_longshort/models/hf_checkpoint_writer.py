@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import nn
@@ -185,29 +185,20 @@ def _plain_tensor(v: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor
 
 
 def _write_shards(out_dir: Path, hf_sd: Dict[str, torch.Tensor], max_shard_bytes: int, save_file) -> None:
-    """The shards and index ``huggingface_hub.save_torch_state_dict`` writes, byte for byte, except that one shard
-    keeps the sharded name and an index (the hub writes ``model.safetensors`` alone) and that nothing already in
-    ``out_dir`` is deleted (the hub removes every ``model*.safetensors`` and index there first)."""
-    shards: List[Dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for k, v in hf_sd.items():
-        n = v.numel() * v.element_size()
-        if shards[-1] and size + n > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][k] = v
-        size += n
-    total = len(shards)
-    weight_map = {}
-    for i, shard in enumerate(shards, 1):
-        name = f"model-{i:05d}-of-{total:05d}.safetensors"
-        save_file(shard, str(out_dir / name), metadata={"format": "pt"})
+    """The shards and index ``huggingface_hub.save_torch_state_dict`` writes, byte for byte (its own
+    ``split_torch_state_dict_into_shards`` lays them out: a tensor over ``max_shard_bytes`` in a shard of its own,
+    the current one filled on), except that one shard keeps the sharded name and an index (the hub writes
+    ``model.safetensors`` alone) and that nothing already in ``out_dir`` is deleted (the hub removes every
+    ``model*.safetensors`` and index there first)."""
+    from huggingface_hub import split_torch_state_dict_into_shards  # deferred: huggingface_hub (the writer alone)
+
+    split = split_torch_state_dict_into_shards(hf_sd, max_shard_size=max_shard_bytes)
+    files = split.filename_to_tensors if split.is_sharded else {
+        "model-00001-of-00001.safetensors": list(split.tensor_to_filename)}
+    for name, keys in files.items():
+        save_file({k: hf_sd[k] for k in keys}, str(out_dir / name), metadata={"format": "pt"})
         plain_file_mode(out_dir / name)  # safetensors >= 0.8 leaves 0600
-        weight_map.update({k: name for k in shard})
-    index = {
-        "metadata": {"total_size": sum(v.numel() * v.element_size() for v in hf_sd.values())},
-        "weight_map": weight_map,
-    }
+    index = {"metadata": split.metadata, "weight_map": {k: name for name, keys in files.items() for k in keys}}
     (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2))
 
 
