@@ -107,3 +107,19 @@ def test_longrope_factors_of_a_partly_rotated_head_are_accepted_as_transformers_
     except ValueError:
         ours_accepts = False
     assert ours_accepts is hf_accepts
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_config_without_num_key_value_heads_gets_transformers_kv_heads(family):
+    import transformers
+
+    # 64 heads of 8 dimensions: transformers' defaults (Mistral 8, Qwen2 32, Gemma 16) each divide them, none is 64
+    config = {k: v for k, v in _config(family, tie_word_embeddings=MODEL_FAMILIES[family].tied_default).items()
+              if k != "num_key_value_heads"}
+    config.update(hidden_size=512, num_attention_heads=64)
+    hf = getattr(transformers, FAMILIES[family])(**config).num_key_value_heads
+    model = _built(family, config)
+    assert {layer.attn.num_kv_heads for layer in model.layers} == {hf}
+    hf_sd = family_of(config).tune_to_hf(model.state_dict(), config)  # the weight conversion reads the same heads
+    rows = {k.split(".")[-2]: v.shape[0] for k, v in hf_sd.items() if k.startswith("model.layers.0.self_attn.")}
+    assert rows.get("k_proj", rows.get("qkv_proj", 0) - 64 * 8) == hf * 8 * (1 if "k_proj" in rows else 2)

@@ -54,6 +54,7 @@ from torch import nn
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.models.family_builders import (
     Config, UnsupportedModelError, build_gemma, build_llama, build_mistral, build_phi3, build_qwen2, check_nf4_shapes,
+    kv_heads,
 )
 from torchtune_longshort.models.scratch_config import llama_config
 from torchtune_longshort.rope import ROPE_METHODS
@@ -68,8 +69,7 @@ StateDict = Dict[str, torch.Tensor]
 
 # ------------------------------------------------------------------------------------------ conversions
 def _heads(config: Config) -> Dict[str, Any]:
-    heads = int(config["num_attention_heads"])
-    return dict(num_heads=heads, num_kv_heads=int(config.get("num_key_value_heads") or heads),
+    return dict(num_heads=int(config["num_attention_heads"]), num_kv_heads=kv_heads(config),
                 dim=int(config["hidden_size"]), head_dim=config.get("head_dim"))
 
 

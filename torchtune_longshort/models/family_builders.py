@@ -84,10 +84,25 @@ def checkpoint_dims(config: Config, where: str) -> Dict[str, Any]:
         vocab_size=int(_need(config, "vocab_size", where)),
         num_layers=int(_need(config, "num_hidden_layers", where)),
         num_heads=heads,
-        num_kv_heads=int(config.get("num_key_value_heads") or heads),
+        num_kv_heads=kv_heads(config),
         embed_dim=int(_need(config, "hidden_size", where)),
         intermediate_dim=int(_need(config, "intermediate_size", where)),
     )
+
+
+def kv_heads(config: Config) -> int:
+    """The key/value heads of a config.json: its ``num_key_value_heads``; left out, what transformers' config class
+    of its ``model_type`` gives (``AutoConfig.for_model``: LlamaConfig and Phi3Config ``num_attention_heads``,
+    MistralConfig 8, Qwen2Config 32, GemmaConfig 16); else (a null, a model_type transformers does not know)
+    ``num_attention_heads``."""
+    heads = int(config["num_attention_heads"])
+    if "num_key_value_heads" not in config:
+        from transformers import CONFIG_MAPPING, AutoConfig  # only for a folder that leaves the key out
+
+        if config.get("model_type") in CONFIG_MAPPING:
+            hf = AutoConfig.for_model(config["model_type"], num_attention_heads=heads)
+            return int(getattr(hf, "num_key_value_heads", None) or heads)
+    return int(config.get("num_key_value_heads") or heads)
 
 
 def _check_head_dim(config: Config, where: str) -> None:
@@ -144,7 +159,7 @@ def nf4_weight_shapes(config: Config, lora: Dict[str, Any]) -> Dict[str, Tuple[i
     projection and MLP weight (adapted or frozen), and the output layer when LoRA adapts it."""
     dim, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     head_dim = int(config.get("head_dim") or dim // heads)
-    kv = int(config.get("num_key_value_heads") or heads) * head_dim
+    kv = kv_heads(config) * head_dim
     inter = int(config["intermediate_size"])
     shapes = {"q_proj": (heads * head_dim, dim), "k_proj": (kv, dim), "v_proj": (kv, dim),
               "output_proj": (dim, heads * head_dim), "w1": (inter, dim), "w2": (dim, inter), "w3": (inter, dim)}
