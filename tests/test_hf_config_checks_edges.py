@@ -5,6 +5,8 @@ the folder-level tests do not reach: called on the dicts directly, each against 
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 from pathlib import Path
 
@@ -67,3 +69,33 @@ def test_an_explicit_null_count_of_positions_is_refused_as_transformers_refuses_
     with pytest.raises(ValueError, match=r"^m/config.json: max_position_embeddings=null is not a count of positions"):
         check_max_position_embeddings({"max_position_embeddings": None}, WHERE)
     check_max_position_embeddings({}, WHERE)  # no key: transformers' default applies, no refusal
+
+
+@pytest.mark.parametrize("text", ["null", '"1e-5"', "Infinity", "NaN"])
+def test_an_rms_norm_eps_that_is_no_finite_number_is_refused_where_the_folder_is_opened(text, tmp_path,
+                                                                                         tiny_llama2_dir):
+    """``"rms_norm_eps": null`` opened and then raised float()'s TypeError as a traceback in the family's builder (a
+    string was read by float()); transformers' config class refuses both, and json's Infinity / NaN are no finite
+    number (math.isfinite). A missing key and a number are no refusal."""
+    from transformers import AutoConfig
+
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_llama2_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["rms_norm_eps"] = json.loads(text)
+    (folder / "config.json").write_text(json.dumps(config))
+    value = config["rms_norm_eps"]
+    if value is None or isinstance(value, str):
+        with pytest.raises(Exception, match="rms_norm_eps"):
+            AutoConfig.from_pretrained(folder)
+    else:
+        assert not math.isfinite(value)
+    shown = "null" if value is None else repr(value)
+    with pytest.raises(ValueError, match=rf"config.json: rms_norm_eps={re.escape(shown)} is not a norm epsilon"):
+        CheckpointFolder.open(folder)
+    from torchtune_longshort.models.hf_config_checks import check_rms_norm_eps
+
+    check_rms_norm_eps({}, WHERE)  # no key: transformers' default for the family applies
+    check_rms_norm_eps({"rms_norm_eps": 1e-6}, WHERE)

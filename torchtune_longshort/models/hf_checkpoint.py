@@ -34,7 +34,7 @@ import torch
 
 from torchtune_longshort.devices import is_out_of_memory
 from torchtune_longshort.models.families import ModelFamily, family_of
-from torchtune_longshort.models.hf_config_checks import check_causal_lm, check_max_position_embeddings, check_rope_base
+from torchtune_longshort.models.hf_config_checks import check_prebuild, check_max_position_embeddings, check_rope_base
 from torchtune_longshort.models.peft_adapter import adapter_folder_hint
 from torchtune_longshort.models.hf_rope import (
     ROPE_SIDE_FILE,
@@ -219,7 +219,7 @@ class CheckpointFolder:
     @classmethod
     def _open(cls, d: Path, given: Path, need_tokenizer: bool, field: str) -> "CheckpointFolder":
         config = read_hf_config(given, field)
-        check_causal_lm(config, d / CONFIG_FILE)
+        check_prebuild(config, d / CONFIG_FILE)
         family = family_of(config, where=str(d / CONFIG_FILE))
         check_hf_config_consistent(config, where=str(d / CONFIG_FILE), hf_rope_types=family.hf_rope_types)
         check_rope_base(config, d / CONFIG_FILE)

@@ -1,10 +1,12 @@
 """The value checks of a checkpoint folder's ``config.json`` that run when the folder is opened
 (:meth:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder.open`): a head that is no causal LM, a RoPE base
-that is no number > 1, a ``max_position_embeddings`` that is no count of positions. Each refuses naming the file
+that is no number > 1, a ``max_position_embeddings`` that is no count of positions, an ``rms_norm_eps`` that is no
+number. Each refuses naming the file
 (``where``) and the key, instead of a failure deep in torchtune's conversion or an evaluation that scores nothing."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Dict
 
@@ -49,3 +51,25 @@ def check_max_position_embeddings(config: Dict[str, Any], where: Path) -> None:
         shown = "null" if positions is None else repr(positions)
         raise ValueError(f"{where}: max_position_embeddings={shown} is not a count of positions (an integer "
                          ">= 1: 4096 for Llama-2): put back the config.json written with these weights")
+
+
+def check_rms_norm_eps(config: Dict[str, Any], where: Path) -> None:
+    """An ``rms_norm_eps`` that is no finite number is refused when the folder is opened: an explicit null raised
+    float()'s TypeError as a traceback in the family's builder (transformers' config class refuses it: "expected
+    float, got NoneType"), a string was read by float() where transformers refuses it, and Infinity / NaN (json reads
+    both) made every norm's output 0 / NaN. A missing key is no refusal: transformers' default for the family
+    applies."""
+    if "rms_norm_eps" not in config:
+        return
+    eps = config["rms_norm_eps"]
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps):
+        shown = "null" if eps is None else repr(eps)
+        raise ValueError(f"{where}: rms_norm_eps={shown} is not a norm epsilon (a small number: 1e-05 for Llama-2, "
+                         "1e-06 for Qwen2): put back the config.json written with these weights")
+
+
+def check_prebuild(config: Dict[str, Any], where: Path) -> None:
+    """The checks asked before the folder's family is read (:func:`~.families.family_of` may build the model on the
+    meta device, which reads the norm epsilon): :func:`check_causal_lm`, :func:`check_rms_norm_eps`."""
+    check_causal_lm(config, where)
+    check_rms_norm_eps(config, where)
