@@ -60,8 +60,8 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
     """``[(field, file)]`` of the local files ``args``' ``data_files`` names (its ``split``'s, of a dict), refused
     with its field when one names nothing. A relative entry is read where ``datasets`` reads it: inside a local
     folder ``source`` (:func:`source_folder`) or a packaged builder's ``data_dir`` (:func:`builder_data_dir`), else
-    from the current directory (``~/x.jsonl`` too: :func:`_tilde_in_current_directory`); of a hub source (:func:`hub_source`) it names a file inside the repository, not
-    checked here."""
+    from the current directory (``~/x.jsonl`` too: :func:`_tilde_in_current_directory`); of a hub source
+    (:func:`hub_source`) it names a file inside the repository, not checked here."""
     files = args.get("data_files")
     if isinstance(files, Mapping):
         split = args.get("split", "train")
