@@ -34,12 +34,13 @@ source gives and what to change. Documents are tokenized once per check (shared 
 Not checked, and said so in the log: sources the evaluation reads from the Hugging Face hub (``pg19``, ``hf``), and
 an eval tokenizer that does not exist and that no run trains. A study whose base is pre-trained here gets its
 tokenizer from its first recipe run; the check trains it first, with the recipe config's own tokenizer component in
-a temporary folder, and once the config passes puts it where that run would (``Study.tokenizer_dir``), so the
-evaluation uses the tokenizer that was checked.
+a temporary folder (its own progress lines dropped: a refusal is one line on stderr), and once the config passes puts
+it where that run would (``Study.tokenizer_dir``), so the evaluation uses the tokenizer that was checked.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
@@ -52,6 +53,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
+from torchtune_longshort._quiet import dropping
 from torchtune_longshort.config.values import resolve_component
 from torchtune_longshort.data.tokenizer_training import sentencepiece_file
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
@@ -79,6 +81,9 @@ NAMES = ArgNames(checkpoint="base.checkpoint_dir", length="eval.max_length",
 # from the stream the study's generator draws that task's 0k rows from: its first ones are the study's rows).
 ZERO_K = next(label for label, n in LENGTHS.items() if n == 0)
 ZERO_K_STORIES = 32
+
+# The logger the tiny configs' tokenizer says its progress in (training.bootstrap: torchtune's logger).
+TOKENIZER_LOG = "torchtune.utils._logging"
 
 
 @dataclass(frozen=True)
@@ -243,7 +248,10 @@ def _trained_tokenizer(study: Any, into: Path, log: Callable[[str], None]) -> Op
         return None
     folder = into / "tokenizer"
     log(f"[study] pre-flight: training the study's tokenizer first ({node['_component_']}), to count tokens with it")
-    component(**{**{k: v for k, v in node.items() if k != "_component_"}, "path": str(folder)})
+    # the bootstrap's own progress lines ("Tokenizer: training ... into <the temporary folder>") are dropped: they
+    # came on stderr before a refusal's one line, naming a folder that is gone once the pre-flight ends
+    with dropping(TOKENIZER_LOG, [(logging.INFO, r"^Tokenizer: ")]):
+        component(**{**{k: v for k, v in node.items() if k != "_component_"}, "path": str(folder)})
     return folder
 
 
