@@ -28,7 +28,8 @@ def test_spearmans_interval_is_the_asked_confidences(confidence):
 def test_the_permutation_p_is_exact_at_exactly_exact_up_to_pairs():
     # mutant 'n < exact_up_to': at n == exact_up_to the p was sampled (100 of 5040 pairings), not exact
     x, y = [0.3, 1.2, 0.8, 2.0, 1.9, 0.1, 1.4], [2.0, 3.1, 2.2, 4.0, 3.0, 1.5, 2.4]
-    assert spearman_permutation_p(x, y, exact_up_to=7, n_resamples=100) == pytest.approx(_brute_force_p(x, y), abs=1e-12)
+    exact = spearman_permutation_p(x, y, exact_up_to=7, n_resamples=100)
+    assert exact == pytest.approx(_brute_force_p(x, y), abs=1e-12)
 
 
 def test_a_figure_not_finite_for_one_variant_leaves_that_pair_out():
