@@ -20,8 +20,10 @@ def test_the_tail_of_a_log_drawn_over_by_tqdm_holds_the_printed_lines_alone(tmp_
     with open(path, "w") as f:
         f.write(PRINTED[0] + "\n")
         bar = tqdm(total=6, desc="longshort", file=f, mininterval=0, miniters=1, ascii=False)
-        for step in (1, 2):
-            bar.set_postfix(e=45 + step, loss=f"{5.8 + step / 10:.4f}", mis=12.2)
+        # the second redraw shorter than the first, which tqdm pads with spaces (the line printed next followed them:
+        # ' RoPE method ...' in the tail where a slower machine drew a shorter rate, CI at 397602a6)
+        for step, loss in ((1, "5.900000"), (2, "6.0")):
+            bar.set_postfix(e=45 + step, loss=loss, mis=12.2, refresh=False)  # drawn by the update
             bar.update(1)
         f.write(PRINTED[1] + "\n")  # printed straight after a redraw, on its line, as the walk's log held it
         f.write(PRINTED[2] + "\n")

@@ -77,8 +77,9 @@ def exit_words(stage: str, rc: int) -> str:
 
 
 # one state of a tqdm bar, its description and postfix included ('longshort:  33%|###3      | 2/6 [00:00<00:01,
-# 3.32it/s, e=48, loss=6.0713]', or 'runs: 0it [00:00, ?it/s]'); a line printed after it without a newline follows
-_TQDM_BAR = re.compile(r"(?:[^\s|][^|]*?: *)?(?:\d{1,3}%\|[^|]*\| *\S+|\S+it) \[[^\]]*(?:it/s|s/it)[^\]]*\]")
+# 3.32it/s, e=48, loss=6.0713]', or 'runs: 0it [00:00, ?it/s]') and the spaces tqdm pads a redraw shorter than the
+# one before with; a line printed after it without a newline follows
+_TQDM_BAR = re.compile(r"(?:[^\s|][^|]*?: *)?(?:\d{1,3}%\|[^|]*\| *\S+|\S+it) \[[^\]]*(?:it/s|s/it)[^\]]*\] *")
 
 
 def log_tail(path: Path, n: int = 25) -> str:
