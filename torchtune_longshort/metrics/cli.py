@@ -285,13 +285,13 @@ def _main(argv=None) -> int:
         raise TooFewSequences(f"--num-samples={args.num_samples} at --length={args.length}: {e}; lower either, or "
                               "give --data more text") from None
 
+    # what started and how much there is, before the model load (seconds without a word); after the data is read, so
+    # that a refusal of --data stays the command's one line
+    print(f"{_prog()}: measuring {counted(args.num_samples, 'sample')} of {args.length} tokens from --data "
+          f"{args.data} on {args.device}; loading {folder.path} ...", file=sys.stderr, flush=True)
     with parameters_as_typed(opened.rope_override, WHERE):
         model = load_hf_checkpoint(folder, rope=opened.rope_override, max_seq_len=args.length, device=args.device,
                                    length_field="--length")
-    # what runs and how much there is, before the samples' bar; after the data is read and the model loaded, so that
-    # a refusal of either (--data, weights that do not fit config.json) stays the command's one line
-    print(f"{_prog()}: measuring {counted(args.num_samples, 'sample')} of {args.length} tokens from --data "
-          f"{args.data} on {args.device} with {folder.path}", file=sys.stderr, flush=True)
 
     # Only the last position of each suffix is projected to the vocabulary.
     res = misalignment_metric(
