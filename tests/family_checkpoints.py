@@ -113,6 +113,20 @@ def own_code_tokenizer(out: Path, **config) -> Path:
     return out
 
 
+def as_transformers_class(own: Path, out: Path) -> Path:
+    """``out``: the files of :func:`own_code_tokenizer`'s folder ``own``, its tokenizer named as transformers' own
+    class (``PreTrainedTokenizerFast``, no ``auto_map``): the reference transformers loads without running code."""
+    import json
+    import shutil
+
+    out.mkdir()
+    shutil.copy(own / "tokenizer.json", out)
+    config = json.loads((own / "tokenizer_config.json").read_text())
+    del config["auto_map"]
+    (out / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "PreTrainedTokenizerFast"}))
+    return out
+
+
 def tiktoken_llama3_tokenizer(out: Path, texts: List[str], merges: int = 300) -> None:
     """Llama-3's layout: a tiktoken BPE ``original/tokenizer.model`` (ranks trained here by tiktoken's own reference
     trainer) and the ``tokenizer.json`` transformers converts from it (``TikTokenConverter``), with Llama-3's special

@@ -4,10 +4,7 @@ renders it for the same files with its tokenizer as transformers' own class (whi
 
 from __future__ import annotations
 
-import json
-import shutil
-
-from family_checkpoints import own_code_tokenizer
+from family_checkpoints import as_transformers_class, own_code_tokenizer
 
 TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}{% if 'name' in m %} name={{ m['name'] }}{% endif %}>"
             "{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
@@ -20,14 +17,7 @@ def test_none_valued_message_keys_render_as_transformers_renders_them(tmp_path):
 
     (tmp_path / "own").mkdir()
     own = own_code_tokenizer(tmp_path / "own", chat_template=TEMPLATE)
-    reference = tmp_path / "reference"  # the same files, the tokenizer transformers' own class
-    reference.mkdir()
-    shutil.copy(own / "tokenizer.json", reference)
-    config = json.loads((own / "tokenizer_config.json").read_text())
-    del config["auto_map"]
-    own_class = {**config, "tokenizer_class": "PreTrainedTokenizerFast"}
-    (reference / "tokenizer_config.json").write_text(json.dumps(own_class))
-    hf = AutoTokenizer.from_pretrained(str(reference))
+    hf = AutoTokenizer.from_pretrained(str(as_transformers_class(own, tmp_path / "reference")))
     history = [{"role": "user", "content": "2+2?", "name": None}, {"role": "assistant", "content": "4", "name": "bot"},
                {"role": "user", "content": "and 3+3?", "name": None}]
     expected = hf.apply_chat_template(history, tokenize=False, add_generation_prompt=True)

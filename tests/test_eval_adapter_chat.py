@@ -127,10 +127,8 @@ def test_a_chat_template_of_a_tokenizer_of_its_own_code_is_not_asked_about_nor_r
     code); e1f377c fixed it for the chat template's tokens only. The folder is now read without running its code:
     its templates from the files (it was then refused as having no chat template), rendered as transformers renders
     them for the same folder with its tokenizer as transformers' own class."""
-    import json
-    import shutil
 
-    from family_checkpoints import own_code_tokenizer
+    from family_checkpoints import as_transformers_class, own_code_tokenizer
     from transformers import AutoTokenizer
 
     from torchtune_longshort.eval.model.chat import lacks_template, render, select_template, template_tokenizer
@@ -141,14 +139,7 @@ def test_a_chat_template_of_a_tokenizer_of_its_own_code_is_not_asked_about_nor_r
     monkeypatch.setattr("builtins.input", lambda *a: asked.append(a) or "n")
     chat = template_tokenizer(tmp_path)
     assert lacks_template(tmp_path) is False and not asked, asked
-    reference = tmp_path / "reference"  # the same files, the tokenizer transformers' own class
-    reference.mkdir()
-    shutil.copy(tmp_path / "tokenizer.json", reference)
-    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
-    del config["auto_map"]
-    own_class = {**config, "tokenizer_class": "PreTrainedTokenizerFast"}
-    (reference / "tokenizer_config.json").write_text(json.dumps(own_class))
-    hf = AutoTokenizer.from_pretrained(str(reference))
+    hf = AutoTokenizer.from_pretrained(str(as_transformers_class(tmp_path, tmp_path / "reference")))
     assert chat.chat_template == hf.chat_template
     history = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"},
                {"role": "assistant", "content": "4"}]
