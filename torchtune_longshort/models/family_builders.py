@@ -90,19 +90,32 @@ def checkpoint_dims(config: Config, where: str) -> Dict[str, Any]:
     )
 
 
-def kv_heads(config: Config) -> int:
-    """The key/value heads of a config.json: its ``num_key_value_heads``; left out, what transformers' config class
-    of its ``model_type`` gives (``AutoConfig.for_model``: LlamaConfig and Phi3Config ``num_attention_heads``,
-    MistralConfig 8, Qwen2Config 32, GemmaConfig 16); else (a null, a model_type transformers does not know)
-    ``num_attention_heads``."""
-    heads = int(config["num_attention_heads"])
-    if "num_key_value_heads" not in config:
-        from transformers import CONFIG_MAPPING, AutoConfig  # only for a folder that leaves the key out
+def transformers_default(config: Config, key: str) -> Any:
+    """``config[key]`` of a config.json; left out, what transformers' config class of its ``model_type`` gives
+    (``AutoConfig.for_model``); None where transformers does not know the model_type or the class has no such key."""
+    if key in config:
+        return config[key]
+    from transformers import CONFIG_MAPPING, AutoConfig  # only for a folder that leaves the key out
 
-        if config.get("model_type") in CONFIG_MAPPING:
-            hf = AutoConfig.for_model(config["model_type"], num_attention_heads=heads)
-            return int(getattr(hf, "num_key_value_heads", None) or heads)
-    return int(config.get("num_key_value_heads") or heads)
+    mt = config.get("model_type")
+    if mt not in CONFIG_MAPPING:
+        return None
+    kwargs = {"num_attention_heads": int(config["num_attention_heads"])} if "num_attention_heads" in config else {}
+    return getattr(AutoConfig.for_model(mt, **kwargs), key, None)
+
+
+def kv_heads(config: Config) -> int:
+    """The key/value heads of a config.json: its ``num_key_value_heads``; left out, transformers' default for its
+    ``model_type`` (LlamaConfig and Phi3Config ``num_attention_heads``, MistralConfig 8, Qwen2Config 32, GemmaConfig
+    16); else (a null, a model_type transformers does not know) ``num_attention_heads``."""
+    return int(transformers_default(config, "num_key_value_heads") or config["num_attention_heads"])
+
+
+def norm_eps(config: Config, builder_default: float) -> float:
+    """A config.json's ``rms_norm_eps``; left out, transformers' default for its ``model_type`` (LlamaConfig 1e-6,
+    Phi3Config 1e-5, ...: torchtune's builder default is not the model), else ``builder_default``."""
+    eps = transformers_default(config, "rms_norm_eps")
+    return float(builder_default if eps is None else eps)
 
 
 def _check_head_dim(config: Config, where: str) -> None:
@@ -218,8 +231,7 @@ def build_llama(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
     _no_bias(config, where)
     _check_activation(config, where)
     _check_head_dim(config, where)
-    # a config.json without rms_norm_eps: LlamaConfig's 1e-6 (torchtune's builder default, 1e-5, is not the model)
-    kw = dict(checkpoint_dims(config, where), max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)))
+    kw = dict(checkpoint_dims(config, where), max_seq_len=max_seq_len, norm_eps=norm_eps(config, 1e-6))
     if lora:
         lk = _lora(lora)
         refuse_tied_output_lora(lk, tied, where)
@@ -240,7 +252,7 @@ def build_mistral(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any
     _check_activation(config, "mistral")
     _check_head_dim(config, "mistral")
     kw = dict(checkpoint_dims(config, "mistral"),
-              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),  # MistralConfig's
+              max_seq_len=max_seq_len, norm_eps=norm_eps(config, 1e-6),  # MistralConfig's
               rope_base=rope_theta(config))
     return lora_mistral(**_lora(lora), **kw) if lora else mistral(**kw)
 
@@ -255,7 +267,7 @@ def build_qwen2(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
                                     "attention only, which is not this model; one with use_sliding_window=false "
                                     "(Qwen2/2.5's own setting) is supported; lm-eval's --model hf evaluates this one")
     kw = dict(checkpoint_dims(config, "qwen2"),
-              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+              max_seq_len=max_seq_len, norm_eps=norm_eps(config, 1e-6),
               rope_base=rope_theta(config), tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
     if lora:
         refuse_tied_output_lora(lora, kw["tie_word_embeddings"], "qwen2")
@@ -268,7 +280,7 @@ def build_gemma(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]]
     _check_activation(config, "gemma", ("gelu_pytorch_tanh", "gelu"), "tanh-GELU")
     heads = int(config["num_attention_heads"])
     kw = dict(checkpoint_dims(config, "gemma"),
-              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+              max_seq_len=max_seq_len, norm_eps=norm_eps(config, 1e-6),
               rope_base=rope_theta(config),
               head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads))
     if lora:
@@ -294,6 +306,6 @@ def build_phi3(config: Config, max_seq_len: int, lora: Optional[Dict[str, Any]])
                                     "torchtune's phi3 builder rotates every dimension; name a checkpoint whose RoPE "
                                     "rotates whole heads (Phi-3-mini, Phi-3.5-mini)")
     kw = dict(checkpoint_dims(config, "phi3"),
-              max_seq_len=max_seq_len, norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+              max_seq_len=max_seq_len, norm_eps=norm_eps(config, 1e-5),
               rope_base=rope_theta(config))
     return lora_phi3(**_lora(lora), **kw) if lora else phi3(**kw)
