@@ -187,10 +187,11 @@ def main_correlation(entry: Dict[str, Any], target: str) -> Dict[str, Any]:
 
 
 def headline(per_length: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-    """The answer in one word and one sentence per figure: ``holds`` when the metric's interval has the claim's
-    sign for perplexity at every length and no figure contradicts it; ``holds for perplexity only`` when passkey
-    does not follow; ``does not hold`` when a figure contradicts it or perplexity's intervals all hold 0;
-    ``not measurable`` when no perplexity correlation could be computed."""
+    """The answer in one word and one sentence per figure (docs/study/table1.md): ``holds`` when the metric's
+    interval has the claim's sign for perplexity at every length and every other figure holds too; ``holds for
+    perplexity`` when passkey does not follow; ``holds at some lengths``; ``does not hold`` when a figure
+    contradicts it; ``not shown`` when perplexity's intervals all hold 0; ``not measurable`` when no perplexity
+    correlation could be computed."""
     by_target: Dict[str, List[str]] = {t: [] for t in TARGETS}
     lines = []
     for entry in per_length.values():
