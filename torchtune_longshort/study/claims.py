@@ -4,8 +4,10 @@ Every comparison is paired by seed: a configuration (RoPE method, alpha, variant
 (``alpha = 0``) on the same method, with the same base model and seed, so the seed-to-seed noise of the data order
 cancels. :mod:`torchtune_longshort.study.stats` gives the mean difference and its 95% Student-t interval; a claim is
 ``held`` when the intervals say what the paper says, ``not held`` when they do not, and ``not measurable here`` when
-the study lacks the runs or the scores carry no signal (e.g. a task at 0 for every model). The rule used for each
-verdict is written next to it in the report.
+the study lacks the runs or the scores carry no signal (e.g. a task at 0 for every model). A claim judged per RoPE
+method is ``held for some methods only`` when it held for some and not for others; Table 7's is ``partly held`` when
+some of its (range, length) comparisons went the paper's way and others did not. The rule used for each verdict is
+written next to it in the report.
 """
 
 from __future__ import annotations
