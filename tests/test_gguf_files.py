@@ -15,11 +15,12 @@ pytest.importorskip("gguf")
 TEXTS = [" Hello world", "  two spaces", "   three\n    four", "Hello, world!", " (", "\tTab", "a  b   c"]
 
 
-def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = True, drop=(), q_type=None,
+def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: Optional[bool] = True, drop=(), q_type=None,
                        reshape=None) -> Path:
     """A tiny random Llama GGUF (hidden 16, one layer) whose vocabulary is the SentencePiece model ``sp_model`` (the
     fields llama.cpp's converter writes for one: pieces, scores, piece types); the tensors named in ``drop`` left
-    out (all of them: ``drop="*"``); ``q_type``: a GGMLQuantizationType the ffn_down weight is stored in
+    out (all of them: ``drop="*"``); ``add_space_prefix=None``: that key left out (older converters, hand-made files);
+    ``q_type``: a GGMLQuantizationType the ffn_down weight is stored in
     (zero blocks); ``reshape``: {tensor name: the shape it is written in instead}."""
     from gguf import GGUFWriter
     from sentencepiece import sentencepiece_model_pb2 as pb
@@ -31,7 +32,8 @@ def sentencepiece_gguf(path: Path, sp_model: bytes, add_space_prefix: bool = Tru
     w.add_token_list([p.piece for p in m.pieces]), w.add_token_scores([p.score for p in m.pieces])
     w.add_token_types([int(p.type) for p in m.pieces])
     w.add_bos_token_id(1), w.add_eos_token_id(2), w.add_unk_token_id(0), w.add_add_bos_token(True)
-    w.add_add_space_prefix(add_space_prefix)
+    if add_space_prefix is not None:
+        w.add_add_space_prefix(add_space_prefix)
     _with_weights(w, len(m.pieces), drop, q_type, reshape)
     return path
 
@@ -58,12 +60,13 @@ def _with_weights(w, vocab_size: int, drop=(), q_type=None, reshape=None) -> Non
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
 
 
-@pytest.mark.parametrize("add_space_prefix", [True, False])
+@pytest.mark.parametrize("add_space_prefix", [True, False, None])
 def test_a_sentencepiece_gguf_converts_to_a_tokenizer_that_encodes_as_sentencepiece(tmp_path, sp_tokenizer_dir,
                                                                                      add_space_prefix):
     # transformers' Metaspace pipeline (prepend_scheme first) prepended no "▁" to a text starting with a space:
     # " Hello world" lost its space, where llama.cpp and sentencepiece keep it (llama.cpp's own ggml-vocab-llama-spm
-    # test: 15 of 47 texts differed); with add_space_prefix false it prepended one llama.cpp does not
+    # test: 15 of 47 texts differed); with add_space_prefix false it prepended one llama.cpp does not. A file without
+    # the key (None) prepends one: llama-vocab.cpp's SPM default, as sentencepiece's own add_dummy_prefix default
     import sentencepiece as spm
     from sentencepiece import sentencepiece_model_pb2 as pb
     from transformers import AutoTokenizer
@@ -73,7 +76,7 @@ def test_a_sentencepiece_gguf_converts_to_a_tokenizer_that_encodes_as_sentencepi
     model = (Path(sp_tokenizer_dir) / "tokenizer.model").read_bytes()
     proto = pb.ModelProto()
     proto.ParseFromString(model)
-    proto.normalizer_spec.add_dummy_prefix = add_space_prefix
+    proto.normalizer_spec.add_dummy_prefix = add_space_prefix is not False
     reference = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
     gguf = sentencepiece_gguf(tmp_path / "m.gguf", model, add_space_prefix)
     out = convert_gguf(gguf, tmp_path / "conv")
