@@ -99,3 +99,34 @@ def test_an_rms_norm_eps_that_is_no_finite_number_is_refused_where_the_folder_is
 
     check_rms_norm_eps({}, WHERE)  # no key: transformers' default for the family applies
     check_rms_norm_eps({"rms_norm_eps": 1e-6}, WHERE)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "gemma", "phi3"])
+def test_a_null_num_key_value_heads_is_refused_where_transformers_config_class_refuses_it(model_type, tmp_path,
+                                                                                          tiny_llama2_dir):
+    """``"num_key_value_heads": null`` was read as num_attention_heads for every family; MistralConfig and GemmaConfig
+    refuse the null, LlamaConfig, Qwen2Config and Phi3Config read it as num_attention_heads. Ours does as the family's
+    own class does, refusing where the folder is opened (before the family builds)."""
+    from transformers import CONFIG_MAPPING
+
+    from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
+    from torchtune_longshort.models.hf_config_checks import check_prebuild
+
+    try:
+        hf = CONFIG_MAPPING[model_type](num_key_value_heads=None)
+        hf_refuses = False
+        assert hf.num_key_value_heads == hf.num_attention_heads
+    except Exception as e:  # huggingface_hub's StrictDataclassFieldValidationError
+        assert "num_key_value_heads" in str(e)
+        hf_refuses = True
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_llama2_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type=model_type, num_key_value_heads=None)
+    (folder / "config.json").write_text(json.dumps(config))
+    if hf_refuses:
+        with pytest.raises(ValueError, match=r"config.json: num_key_value_heads=null is not a head count"):
+            CheckpointFolder.open(folder)
+    else:
+        assert CheckpointFolder.open(folder).config["num_key_value_heads"] is None  # read as num_attention_heads
+    check_prebuild({"model_type": model_type}, WHERE)  # no key: transformers' default for the family applies

@@ -1,7 +1,8 @@
 """The value checks of a checkpoint folder's ``config.json`` that run when the folder is opened
 (:meth:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder.open`): a head that is no causal LM, a RoPE base
 that is no number > 1, a ``max_position_embeddings`` that is no count of positions, an ``rms_norm_eps`` that is no
-number. Each refuses naming the file
+number, a null ``num_key_value_heads`` where the family's transformers config class refuses one. Each refuses naming
+the file
 (``where``) and the key, instead of a failure deep in torchtune's conversion or an evaluation that scores nothing."""
 
 from __future__ import annotations
@@ -68,8 +69,34 @@ def check_rms_norm_eps(config: Dict[str, Any], where: Path) -> None:
                          "1e-06 for Qwen2): put back the config.json written with these weights")
 
 
+def check_kv_heads(config: Dict[str, Any], where: Path) -> None:
+    """An explicit ``"num_key_value_heads": null`` is refused where the folder's transformers config class refuses it
+    (MistralConfig, GemmaConfig: "expected int, got NoneType"), asked of that class's own field type with the
+    validator its strict dataclass runs (huggingface_hub's ``type_validator``); it was read as
+    ``num_attention_heads``, a model transformers would not load. Where the class takes a null (LlamaConfig,
+    Qwen2Config, Phi3Config: ``num_attention_heads``), or transformers does not know the model_type, it is no
+    refusal."""
+    if "num_key_value_heads" not in config or config["num_key_value_heads"] is not None:
+        return
+    from huggingface_hub.dataclasses import type_validator
+    from transformers import CONFIG_MAPPING  # only for a folder that writes the null
+
+    mt = config.get("model_type")
+    field = getattr(CONFIG_MAPPING[mt], "__dataclass_fields__", {}).get("num_key_value_heads") \
+        if mt in CONFIG_MAPPING else None
+    try:
+        if field is not None:
+            type_validator("num_key_value_heads", None, field.type)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: num_key_value_heads=null is not a head count ({CONFIG_MAPPING[mt].__name__} "
+                         "refuses it): set the model's key/value heads (num_attention_heads without grouped-query "
+                         "attention), or put back the config.json written with these weights") from None
+
+
 def check_prebuild(config: Dict[str, Any], where: Path) -> None:
     """The checks asked before the folder's family is read (:func:`~.families.family_of` may build the model on the
-    meta device, which reads the norm epsilon): :func:`check_causal_lm`, :func:`check_rms_norm_eps`."""
+    meta device, which reads the norm epsilon and the key/value heads): :func:`check_causal_lm`,
+    :func:`check_rms_norm_eps`, :func:`check_kv_heads`."""
     check_causal_lm(config, where)
     check_rms_norm_eps(config, where)
+    check_kv_heads(config, where)
