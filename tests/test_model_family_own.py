@@ -198,3 +198,19 @@ def test_the_readme_family_builds_the_rope_base_transformers_5_writes(own_module
     assert "rope_theta" not in config  # the layout the README's builder must read
     model = family_named(PATH).build(config, 64, None)
     assert model.layers[0].attn.pos_embeddings.base == LlamaConfig(**config).rope_parameters["rope_theta"]
+
+
+def test_the_readme_family_reads_left_out_kv_heads_as_transformers_does(own_module):
+    """The README's build_mymodel read a left-out num_key_value_heads as num_attention_heads
+    (``config.get("num_key_value_heads") or heads``), where the shipped rows ask transformers' class of the folder's
+    model_type: copied for a model_type transformers knows, it built 64 key/value heads where MistralConfig gives 8.
+    Reference: MistralConfig's own num_key_value_heads for that config.json; for mymodel, num_attention_heads."""
+    from transformers import MistralConfig
+
+    config = dict(vocab_size=32, hidden_size=512, intermediate_size=32, num_hidden_layers=1, num_attention_heads=64,
+                  rms_norm_eps=1e-5, model_type="mistral")
+    with torch.device("meta"):
+        model = family_named(PATH).build(config, 64, None)
+        mine = family_named(PATH).build(dict(config, model_type="mymodel"), 64, None)
+    assert model.layers[0].attn.num_kv_heads == MistralConfig(**config).num_key_value_heads
+    assert mine.layers[0].attn.num_kv_heads == config["num_attention_heads"]
