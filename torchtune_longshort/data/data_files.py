@@ -82,7 +82,27 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
         files = [g for f in files for g in _in_folder(f, folder, field, base)]
     else:
         files = [g for f in files for g in _tilde_in_current_directory(f, field)]
+    for f in files:
+        _no_folder(f, field, f"{where}.source")
     return [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
+
+
+def _no_folder(entry: Any, field: str, source_field: str) -> None:
+    """Refuses a ``data_files`` ``entry`` that names a folder, as ``datasets``' own ``resolve_pattern`` refuses it
+    (it matches files only: "Unable to find '<cwd>/d'", when the run started): :func:`resolve_files` read the folder's
+    files, so the config check passed. The fix names a glob of its files or the folder as the source."""
+    if not isinstance(entry, (str, Path)) or not Path(entry).is_dir():
+        return
+    from datasets.data_files import resolve_pattern  # deferred: datasets (heavy import)
+
+    try:
+        resolve_pattern(os.fspath(entry), Path(os.getcwd()).as_posix())
+    except FileNotFoundError:
+        found = sorted(f.suffix for f in Path(entry).rglob("*") if f.suffix in DATA_FILE_SUFFIXES and f.is_file())
+        pattern = os.path.join(os.fspath(entry), "*" + (max(found, key=found.count) if found else ""))
+        raise FileNotFoundError(f"{field}={os.fspath(entry)!r} is a folder, and datasets reads data_files as files or "
+                                f"globs only (it refuses a folder: \"Unable to find\"): name its files by a glob, "
+                                f"{pattern!r}, or the folder as {source_field} (without data_files)") from None
 
 
 def source_folder(source: Any, data_dir: Any = None) -> Optional[Path]:

@@ -1,0 +1,37 @@
+"""``data_files: d`` where ``d`` is a folder: the config check read the folder's files and passed, while ``datasets``
+matches data_files entries to files only, and the load then failed "Unable to find '<cwd>/d'". Each case is compared
+with ``datasets``' own ``resolve_pattern``; the glob the refusal names is one it reads."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from torchtune_longshort.data.data_files import named_files
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("one document\n")
+    (tmp_path / "d" / "b.txt").write_text("another\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "d"
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_a_folder_entry_is_refused_as_datasets_refuses_it_naming_the_glob_it_reads(folder, absolute):
+    from datasets.data_files import resolve_pattern
+
+    entry = str(folder) if absolute else "d"
+    with pytest.raises(FileNotFoundError, match="Unable to find"):
+        resolve_pattern(entry, os.getcwd())
+    with pytest.raises(FileNotFoundError) as refused:
+        named_files({"source": "text", "data_files": [entry]}, "dataset")
+    said = str(refused.value)
+    assert said.startswith(f"dataset.data_files={entry!r} is a folder") and "dataset.source" in said
+    glob = os.path.join(entry, "*.txt")
+    assert repr(glob) in said
+    got = [os.path.abspath(f) for _, f in named_files({"source": "text", "data_files": glob}, "dataset")]
+    assert got == [os.path.abspath(f) for f in resolve_pattern(glob, os.getcwd())]
