@@ -1,5 +1,6 @@
 """The pack's ``--seed`` note (its tasks draw from their own ``--metadata`` seeds) is said for both forms of the flag
-lm-eval's own parser reads as a seed, ``--seed 1`` and ``--seed=1``, and not without it."""
+lm-eval's own parser reads as a seed, ``--seed 1``, ``--seed=1`` and an abbreviation (``--see 1``: its ``run`` parser
+allows them; the note was not said), and not without it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def _parse(argv):
     return HarnessCLI()._parser.parse_args(argv)
 
 
-@pytest.mark.parametrize("tail", [[], ["--seed", "1"], ["--seed=1"], ["--limit", "1"]])
+@pytest.mark.parametrize("tail", [[], ["--seed", "1"], ["--seed=1"], ["--see", "1"], ["--se=1"],
+                                  ["--limit", "1"]])
 def test_the_seed_note_follows_lm_evals_reading_of_the_seed_flag(tail, monkeypatch):
     given = _parse(BASE + tail).seed != _parse(BASE).seed  # lm-eval's parser: a seed other than its default
     monkeypatch.setattr(sys, "argv", ["lm-eval", *BASE, *tail])

@@ -46,6 +46,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.task import ConfigurableTask
 
 from torchtune_longshort._quiet import dropping
+from torchtune_longshort.eval.cli_argv import canonical_options, option as option_value
 from torchtune_longshort.eval.console_log import ALIKE_ON_EVERY_RANK, follow_lm_eval_logging
 from torchtune_longshort.eval.model.limits import RequestLimits, declared_truncation
 from torchtune_longshort.eval.tasks import (
@@ -324,8 +325,9 @@ def _tell_once(what: str, message: str, *args: Any) -> None:
 
 def _seed_given() -> bool:
     """Whether this process's command line gives lm-eval's ``--seed`` (stock ``lm-eval``, and ``longshort-eval``,
-    which hands lm-eval its arguments as ``sys.argv``)."""
-    return any(a == "--seed" or a.startswith("--seed=") for a in sys.argv[1:])
+    which hands lm-eval its arguments as ``sys.argv``), in any spelling lm-eval's own parser reads as it
+    (:func:`~torchtune_longshort.eval.cli_argv.canonical_options`: ``--seed=1``, the abbreviation ``--see 1``)."""
+    return option_value(canonical_options(sys.argv[1:]), "--seed") is not None
 
 
 def _seed_keys() -> List[str]:
