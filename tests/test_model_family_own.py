@@ -7,6 +7,7 @@ never imported it."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import shutil
@@ -17,6 +18,8 @@ import pytest
 import torch
 
 from user_modules import forget_user_module, write_user_module
+
+from torchtune.models.llama2 import llama2
 
 from torchtune_longshort.models import MODEL_FAMILIES, family_named, family_of
 from torchtune_longshort.models.family_builders import UnsupportedModelError
@@ -208,9 +211,12 @@ def test_the_readme_family_reads_left_out_kv_heads_as_transformers_does(own_modu
     from transformers import MistralConfig
 
     config = dict(vocab_size=32, hidden_size=512, intermediate_size=32, num_hidden_layers=1, num_attention_heads=64,
-                  rms_norm_eps=1e-5, model_type="mistral")
+                  model_type="mistral")
     with torch.device("meta"):
         model = family_named(PATH).build(config, 64, None)
         mine = family_named(PATH).build(dict(config, model_type="mymodel"), 64, None)
     assert model.layers[0].attn.num_kv_heads == MistralConfig(**config).num_key_value_heads
     assert mine.layers[0].attn.num_kv_heads == config["num_attention_heads"]
+    # rms_norm_eps left out too (config["rms_norm_eps"] raised KeyError): MistralConfig's, else llama2()'s own 1e-5
+    assert model.norm.eps == MistralConfig(**config).rms_norm_eps
+    assert mine.norm.eps == inspect.signature(llama2).parameters["norm_eps"].default
