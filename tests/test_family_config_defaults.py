@@ -123,3 +123,21 @@ def test_a_config_without_num_key_value_heads_gets_transformers_kv_heads(family)
     hf_sd = family_of(config).tune_to_hf(model.state_dict(), config)  # the weight conversion reads the same heads
     rows = {k.split(".")[-2]: v.shape[0] for k, v in hf_sd.items() if k.startswith("model.layers.0.self_attn.")}
     assert rows.get("k_proj", rows.get("qkv_proj", 0) - 64 * 8) == hf * 8 * (1 if "k_proj" in rows else 2)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_head_count_that_does_not_divide_transformers_default_width_still_gets_its_defaults(family):
+    """SmolLM2-135M's 9 heads do not divide the 4096 width transformers' classes default to: asking the class with
+    the heads alone raised 'The hidden size (4096) is not a multiple of the number of attention heads (9)' for a
+    config.json that leaves num_key_value_heads or rms_norm_eps out. Reference: transformers' class built from the
+    whole config.json."""
+    import transformers
+
+    from torchtune_longshort.models.family_builders import kv_heads, norm_eps
+
+    config = {k: v for k, v in _config(family, tie_word_embeddings=MODEL_FAMILIES[family].tied_default).items()
+              if k != "num_key_value_heads"}
+    config.update(hidden_size=72, num_attention_heads=9)
+    hf = getattr(transformers, FAMILIES[family])(**config)
+    assert kv_heads(config) == hf.num_key_value_heads
+    assert norm_eps(config, 0.5) == hf.rms_norm_eps

@@ -90,6 +90,9 @@ def checkpoint_dims(config: Config, where: str) -> Dict[str, Any]:
     )
 
 
+SHAPE_KEYS = ("hidden_size", "num_attention_heads", "head_dim")
+
+
 def transformers_default(config: Config, key: str) -> Any:
     """``config[key]`` of a config.json; left out, what transformers' config class of its ``model_type`` gives
     (``AutoConfig.for_model``); None where transformers does not know the model_type or the class has no such key."""
@@ -100,7 +103,8 @@ def transformers_default(config: Config, key: str) -> Any:
     mt = config.get("model_type")
     if mt not in CONFIG_MAPPING:
         return None
-    kwargs = {"num_attention_heads": int(config["num_attention_heads"])} if "num_attention_heads" in config else {}
+    # the file's shape, which the class validates its defaults against (9 heads do not divide its default 4096 width)
+    kwargs = {k: int(config[k]) for k in SHAPE_KEYS if config.get(k) is not None}
     return getattr(AutoConfig.for_model(mt, **kwargs), key, None)
 
 
