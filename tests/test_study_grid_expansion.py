@@ -1,8 +1,9 @@
 """The runs :func:`build_grid` expands a study to, checked against the grid written out by hand from its docstring
 and the module's: seed outermost, then every method x alpha (``<method>_a<alpha:g>_s<seed>``), then each variant's
 runs on its method (``pi_a0.1_e1-L_4_s0``, ``pi_a0.1_eqc_s0``, ``pi_a0.3_js_s0``). An e range up to ``L`` (the
-paper's setting (4)) compares the whole overlap (``loss.min_context: none``), checked with the windows' own
-``resolve_e_range``; recipe keys: the method's ``overrides``, then the variant's over them."""
+paper's setting (4)), written ``L`` or as the number (``[1, 64]`` at ``L = 64`` kept the listing floor) compares the
+whole overlap (``loss.min_context: none``), checked with the windows' own ``resolve_e_range``; recipe keys: the
+method's ``overrides``, then the variant's over them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from torchtune_longshort.study.grid import (DivergenceVariant, EqualComputeVaria
 from torchtune_longshort.windows import resolve_e_range
 
 L = 64
-RANGES = [[1, "L/4"], [1, "L"], ["L/4", "L/2"], ["L/2", "L"]]
+RANGES = [[1, "L/4"], [1, "L"], ["L/4", "L/2"], ["L/2", "L"], [1, 64], [1, 63]]
 
 
 def _grid():
@@ -23,14 +24,15 @@ def _grid():
     variants = Variants(e_range=ERangeVariant(method="pi", alpha=0.1, ranges=RANGES),
                         divergence=DivergenceVariant(method="pi", alphas=[0.3], divergences=["js"]),
                         equal_compute=EqualComputeVariant(method="pi", alpha=0.1, overhead=1.0526))
-    return build_grid(methods, [0.0, 0.1, 1.0], [0, 7], variants)
+    return build_grid(methods, [0.0, 0.1, 1.0], [0, 7], variants, L)
 
 
 def test_seed_outermost_then_methods_by_alphas_then_the_variants():
     expected = []
     for s in (0, 7):
         expected += [f"{m}_a{a}_s{s}" for m, a in itertools.product(("pi", "yarn"), ("0", "0.1", "1"))]
-        expected += [f"pi_a0.1_e{lo}-{hi}_s{s}" for lo, hi in (("1", "L_4"), ("1", "L"), ("L_4", "L_2"), ("L_2", "L"))]
+        expected += [f"pi_a0.1_e{lo}-{hi}_s{s}" for lo, hi in (("1", "L_4"), ("1", "L"), ("L_4", "L_2"), ("L_2", "L"),
+                                                                  ("1", "64"), ("1", "63"))]
         expected += [f"pi_a0.3_js_s{s}", f"pi_a0.1_eqc_s{s}"]
     runs = _grid()
     assert [r.key for r in runs] == expected

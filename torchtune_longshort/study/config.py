@@ -153,7 +153,7 @@ class StudyConfig(StudySection):
     def grid(self) -> List[Run]:
         """The fine-tune runs (:func:`~torchtune_longshort.study.grid.build_grid`): seeds x methods x alphas, then
         the variants' runs per seed."""
-        return build_grid(self.methods, self.alphas, self.seeds, self.variants)
+        return build_grid(self.methods, self.alphas, self.seeds, self.variants, self.L)
 
     @cached_property
     def main_grid(self) -> List[Run]:

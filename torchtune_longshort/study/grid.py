@@ -86,12 +86,12 @@ def _bound_tag(b: Any) -> str:
 
 
 class Variant(StudySection):
-    """A ``variants`` entry: ``method`` (a ``methods`` name), ``runs()`` (``(config tag, alpha, recipe overrides)``
-    of each of its runs for one seed) and its rules against ``L`` (none by default)."""
+    """A ``variants`` entry: ``method`` (a ``methods`` name), ``runs(L)`` (``(config tag, alpha, recipe overrides)``
+    of each of its runs for one seed, fine-tuning at ``L``) and its rules against ``L`` (none by default)."""
 
     method: str
 
-    def runs(self) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
+    def runs(self, L: int) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
         raise NotImplementedError
 
     def check_with(self, where: str, L: int) -> None:
@@ -101,17 +101,18 @@ class Variant(StudySection):
 @dataclass(frozen=True)
 class ERangeVariant(Variant):
     """Table 7: the same alpha with other ``e ~ U[lo, hi]`` ranges (the main grid holds the config's own range). A
-    range up to ``L`` is the paper's setting (4), "no floor on the shorter window": its runs compare the whole
-    overlap (``loss.min_context: none``); under the default listing floor every shift past L/2 compares nothing, and
-    half its steps trained CE alone (the cpu_medium study's [1, L] runs, before this rule)."""
+    range up to ``L`` (``L``, or the number it stands for) is the paper's setting (4), "no floor on the shorter
+    window": its runs compare the whole overlap (``loss.min_context: none``); under the default listing floor every
+    shift past L/2 compares nothing, and half its steps trained CE alone (the cpu_medium study's [1, L] runs, before
+    this rule)."""
 
     method: str = setting(doc="the methods entry it runs on", check=text)
     alpha: float = setting(doc="its alpha (> 0)", check=number(0.0, inclusive=False))
     ranges: List[list] = setting(doc="[lo, hi] e ranges (the windows' grammar: 1, L/4, L/2, L)", check=values.e_ranges)
 
-    def runs(self) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
+    def runs(self, L: int) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
         for lo, hi in self.ranges:
-            no_floor = {"loss": {"min_context": "none"}} if _bound_tag(hi) == "L" else {}
+            no_floor = {"loss": {"min_context": "none"}} if resolve_e_range([lo, hi], L)[1] == L else {}
             yield f"e{_bound_tag(lo)}-{_bound_tag(hi)}", self.alpha, {"e_range": [lo, hi], **no_floor}
 
     def check_with(self, where: str, L: int) -> None:
@@ -131,7 +132,7 @@ class DivergenceVariant(Variant):
     divergences: List[str] = setting(doc="loss.divergence values (jeffreys, js, or a function's dotted path: its runs "
                                          "are named by its last part)", check=values.divergences)
 
-    def runs(self) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
+    def runs(self, L: int) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
         for d in self.divergences:
             for a in self.alphas:
                 yield values.divergence_tag(d), a, {"loss": {"divergence": d}}
@@ -145,7 +146,7 @@ class EqualComputeVariant(Variant):
     alpha: float = setting(doc="its alpha (> 0)", check=number(0.0, inclusive=False))
     overhead: float = setting(doc="the step-time ratio (the paper's Appendix F: 1.0526)", check=number(1.0))
 
-    def runs(self) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
+    def runs(self, L: int) -> Iterator[Tuple[str, float, Dict[str, Any]]]:
         yield "eqc", self.alpha, {"equal_compute_overhead": self.overhead}
 
 
@@ -199,8 +200,8 @@ def _run(method: str, spec: MethodSpec, alpha: float, seed: int, tag: Optional[s
 
 
 def build_grid(methods: Dict[str, MethodSpec], alphas: List[float], seeds: List[int],
-               variants: Variants) -> List[Run]:
-    """The fine-tunes: per seed, methods x alphas (the main grid), then each variant's runs."""
+               variants: Variants, L: int) -> List[Run]:
+    """The fine-tunes at length ``L``: per seed, methods x alphas (the main grid), then each variant's runs."""
     runs = []
     # Seed outermost: an interrupted or time-boxed grid then holds complete comparisons (same seed) before it holds
     # more seeds of any one of them.
@@ -208,5 +209,5 @@ def build_grid(methods: Dict[str, MethodSpec], alphas: List[float], seeds: List[
         for name, spec in methods.items():
             runs += [_run(name, spec, a, s) for a in alphas]
         for vname, v in variants.items():
-            runs += [_run(v.method, methods[v.method], a, s, tag, vname, over) for tag, a, over in v.runs()]
+            runs += [_run(v.method, methods[v.method], a, s, tag, vname, over) for tag, a, over in v.runs(L)]
     return runs
