@@ -76,8 +76,8 @@ class StudyConfigError(ValueError):
 
 @dataclass(frozen=True)
 class StudyConfig(StudySection):
-    """A checked study config (:func:`~torchtune_longshort.study.load.load_study_config`). Frozen: a changed config is a new one
-    (``dataclasses.replace``), so that :attr:`grid`, computed once, always matches it."""
+    """A checked study config (:func:`~torchtune_longshort.study.load.load_study_config`). Frozen: a changed config
+    is a new one (``dataclasses.replace``), so that :attr:`grid`, computed once, always matches it."""
 
     name: str = setting(doc="the study's name (report title, default output folder)", check=text)
     output_dir: str = setting(None, doc="runs, checkpoints, lm-eval output (default: outputs/study/<name>[_quick])",
