@@ -12,6 +12,7 @@ from scipy import stats
 from torchtune_longshort.study.claims import _combined, claim_babilong, claim_e_range
 from torchtune_longshort.study.eval_config import metric_of
 from torchtune_longshort.study.grid import config_key
+from torchtune_longshort.windows import resolve_e_range
 
 SEEDS = [0, 1, 2]
 JITTER = [0.0, 0.01, -0.01]  # per seed, so that no interval is degenerate (equal differences: the sign-flip test)
@@ -107,20 +108,23 @@ def test_the_methods_verdicts_combine_by_the_measurable_ones(verdicts, want):
     assert _combined(verdicts) == want
 
 
-def _e_range(diffs):
+def _e_range(diffs, ranges=None):
     """Table 7 on hand-made perplexities: ``diffs[(lo, hi)]``: that range's planted ppl over the main range's at
-    every long length, or None for a range run with one seed (no interval)."""
-    ranges = [[1, "L/4"], ["L/4", "L/2"], [1, "L"]]
+    every long length, or None for a range run with one seed (no interval); ``ranges``: the three ranges spelled
+    another way (the planted values stay keyed by the paper's spelling, in the same order)."""
+    paper = [[1, "L/4"], ["L/4", "L/2"], [1, "L"]]
     tags = ["e1-L_4", "eL_4-L_2", "e1-L"]
     grid = [NS(config="pi_a0.1", variant=None, seed=s, key=f"pi_a0.1_s{s}", overrides={}) for s in SEEDS]
-    for rng, tag in zip(ranges, tags):
+    planted = {}
+    for rng, p, tag in zip(ranges or paper, paper, tags):
+        planted[f"pi_a0.1_{tag}"] = diffs[tuple(p)]
         grid += [NS(config=f"pi_a0.1_{tag}", variant="e_range", seed=s, key=f"pi_a0.1_{tag}_s{s}",
                     overrides={"e_range": rng}) for s in SEEDS]
     cfg = NS(L=256, seeds=SEEDS, grid=grid, finetune=NS(e_range=[1, "L/2"]), eval=NS(ppl_lengths=[128, 256, 512]),
              variants=NS(e_range=NS(method="pi", alpha=0.1)))
     recs = {}
     for r in grid:
-        d = diffs[tuple(r.overrides["e_range"])] if r.variant else 0.0
+        d = planted[r.config] if r.variant else 0.0
         if d is None and r.seed > 0:
             continue
         res = {}
@@ -146,3 +150,20 @@ def test_a_range_without_an_interval_is_left_out_not_counted_against():
     got = _e_range({(1, "L/4"): 0.0, ("L/4", "L/2"): 1.0, (1, "L"): None})
     assert [c["direction"] for c in got["comparisons"]] == ["no difference"] * 2 + ["worse"] * 2 + ["unknown"] * 2
     assert got["verdict"] == "held" and got["reason"].startswith("4 of 4 ")
+
+
+@pytest.mark.parametrize("spelled", [
+    [[1, 64], [64, 128], [1, 256]],              # the numbers L/4, L/2 and L stand for at L = 256
+    [["1", "L / 4"], ["0.25L", "2*L/4"], [1, "1*L"]],  # other spellings of the same expressions
+])
+def test_a_range_spelled_another_way_gets_the_papers_expectation(spelled):
+    # Table 7's expectations were keyed by the bounds as written ("1", "L/4"): [1, 64] at L = 256 is U[1, L/4], yet
+    # its comparisons had no expected direction and the claim read "not measurable here"; each range here resolves
+    # (windows.resolve_e_range, the grid's own resolver) to the one _e_range plants under its literal spelling
+    want = [[1, "L/4"], ["L/4", "L/2"], [1, "L"]]
+    assert [list(resolve_e_range(s, 256)) for s in spelled] == [list(resolve_e_range(w, 256)) for w in want]
+    as_written = _e_range({(1, "L/4"): 0.0, ("L/4", "L/2"): 1.0, (1, "L"): 1.0})
+    got = _e_range({(1, "L/4"): 0.0, ("L/4", "L/2"): 1.0, (1, "L"): 1.0}, ranges=spelled)
+    assert [c["expected"] for c in got["comparisons"]] == [c["expected"] for c in as_written["comparisons"]]
+    assert (got["verdict"], got["reason"]) == (as_written["verdict"], as_written["reason"])
+    assert got["verdict"] == "held" and got["reason"].startswith("6 of 6 ")

@@ -25,6 +25,7 @@ from torchtune_longshort.study.grid import config_key
 from torchtune_longshort.study.records import curve_mean, value
 from torchtune_longshort.study.values import divergence_tag
 from torchtune_longshort.study.stats import correlation, spearman_permutation_p
+from torchtune_longshort.windows import resolve_e_range
 
 if TYPE_CHECKING:
     from torchtune_longshort.study.config import StudyConfig
@@ -149,14 +150,15 @@ def claim_e_range(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
     if not v:
         return {**base, "verdict": "not measurable here", "reason": "no e_range variant in this study"}
     ref = config_key(v.method, v.alpha)
-    # Table 7, against the main range U[1, L/2]
-    expect = {("1", "L/4"): "no difference", ("L/4", "L/2"): "worse", ("1", "L"): "worse"}
+    # Table 7, against the main range U[1, L/2]; keyed by the resolved range, so that [1, 64] at L = 256 is U[1, L/4]
+    expect = {resolve_e_range(r, cfg.L): w for r, w in (([1, "L/4"], "no difference"), (["L/4", "L/2"], "worse"),
+                                                        ([1, "L"], "worse"))}
     comps, held = [], []
     for r in cfg.grid:
         if r.variant != "e_range" or r.seed != cfg.seeds[0]:
             continue
         cid = r.config
-        bounds = tuple(str(b).replace(" ", "") for b in r.overrides["e_range"])
+        bounds = resolve_e_range(r.overrides["e_range"], cfg.L)
         for n in long_lengths(cfg):
             c = compare(cfg, recs, cid, ref, "ppl", n, lower_is_better=True)
             c["e_range"] = r.overrides["e_range"]
