@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from torchtune_longshort.study.grid import (DivergenceVariant, EqualComputeVariant, ERangeVariant, MethodSpec,
                                             Variants, build_grid)
 from torchtune_longshort.windows import resolve_e_range
@@ -58,3 +60,16 @@ def test_a_variants_recipe_keys_go_over_its_methods_own():
     assert runs["pi_a0.1_eqc_s7"].overrides == {"lr": 1e-4, "e_range": [1, "L/2"], "loss": {"chunk": 2},
                                                 "equal_compute_overhead": 1.0526}
     assert runs["pi_a0.1_eqc_s7"].alpha == 0.1 and runs["pi_a0.1_eqc_s7"].rope == {"method": "linear", "factor": 2.0}
+
+
+def test_one_range_written_twice_is_refused_by_what_it_resolves_to():
+    # [1, L] and [1, 64] at L = 64 trained the same runs twice under two names (e1-L, e1-64), and [1, L/4] given
+    # twice named one run twice; a pair is refused exactly when the windows' resolve_e_range gives both one range
+    for a, b in itertools.combinations(RANGES + [["1", "L / 4"], [1, "1*L"]], 2):
+        variant = ERangeVariant(method="pi", alpha=0.1, ranges=[a, b])
+        if resolve_e_range(a, L) == resolve_e_range(b, L):
+            with pytest.raises(ValueError, match=r"^variants\.e_range\.ranges has .* give each range once$") as e:
+                variant.check_with("variants.e_range", L)
+            assert f"{a!r} and {b!r}" in str(e.value)
+        else:
+            variant.check_with("variants.e_range", L)

@@ -116,11 +116,18 @@ class ERangeVariant(Variant):
             yield f"e{_bound_tag(lo)}-{_bound_tag(hi)}", self.alpha, {"e_range": [lo, hi], **no_floor}
 
     def check_with(self, where: str, L: int) -> None:
+        seen: Dict[Tuple[int, int], list] = {}
         for r in self.ranges:
             try:
-                resolve_e_range(r, L)
+                lo, hi = resolve_e_range(r, L)
             except (TypeError, ValueError) as e:
                 raise ValueError(f"{where}.ranges has {r!r}: {e}") from None
+            # one range written two ways ([1, L] and [1, 256] at L = 256) trained the same runs twice under two
+            # names; written the same way twice, it named one run twice
+            if (lo, hi) in seen:
+                raise ValueError(f"{where}.ranges has {seen[lo, hi]!r} and {r!r}, both U[{lo}, {hi}] at L={L}: "
+                                 "give each range once")
+            seen[lo, hi] = r
 
 
 @dataclass(frozen=True)
