@@ -243,3 +243,16 @@ def test_a_resume_that_flips_window_bos_is_refused_naming_it(tmp_path, sp_tokeni
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 128 + signal.SIGINT and "a run it resumes is untouched" in line, line
     assert stat_tree(run) == stats  # its lock file made and removed: the folder's mtime put back
+
+
+@pytest.mark.parametrize("spelled", [[1, 32], ["1", "32"], [1, "L / 2"], [1, "0.5L"], [1, "2*L/4"]])
+def test_an_e_range_written_another_way_is_the_same_range(spelled):
+    """``e_range: [1, 32]`` on resuming a run saved with ``[1, L/2]`` at seq_len 64 (L/2 = 32, the same shifts) was
+    refused as ``e_range: [1, 'L/2'] -> [1, 32]``; another range is still refused, named as written."""
+    saved = {"output_dir": "o", "seq_len": 64, "max_steps": 2, "e_range": [1, "L/2"]}
+    assert compare_resume_config(saved, {**saved, "e_range": spelled}) == []
+    assert compare_resume_config({**saved, "e_range": spelled}, saved) == []
+    with pytest.raises(ValueError, match=r"e_range: \[1, 'L/2'\] -> \[1, 16\]"):
+        compare_resume_config(saved, {**saved, "e_range": [1, 16]})
+    with pytest.raises(ValueError, match=r"seq_len: 64 -> 128"):  # the same words at another L are other shifts
+        compare_resume_config(saved, {**saved, "seq_len": 128})

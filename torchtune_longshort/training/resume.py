@@ -28,6 +28,7 @@ from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED, sc
 from torchtune_longshort.training.moved_data import moved_data
 from torchtune_longshort.training.tokenizer_unchanged import check_tokenizer_unchanged
 from torchtune_longshort.rope import ROPE_METHODS
+from torchtune_longshort.windows import resolve_e_range
 
 # {top-level key (or nested key a section ignores): exact / applied / ignored}, from the typed config's declarations.
 # A nested node follows its top-level key (compared whole); a key the config does not declare (one an older version
@@ -152,6 +153,15 @@ def _policy(key: str) -> str:
     return RESUME_POLICY.get(key) or RESUME_POLICY.get(key.split(".", 1)[0], "applied")
 
 
+def _same_shifts(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
+    """Whether two flattened configs' ``e_range`` stand for the same shifts at their ``seq_len`` (``[1, "L/2"]`` and
+    ``[1, 32]`` at 64): one range written two ways, not a change. One that does not resolve is compared as written."""
+    try:
+        return resolve_e_range(old["e_range"], old["seq_len"]) == resolve_e_range(new["e_range"], new["seq_len"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec: Optional[Dict[str, Any]] = None,
                           notes: Optional[Dict[str, str]] = None) -> List[Tuple[str, Any, Any]]:
     """Refuse changes that break exact resume (``ValueError`` listing each); return the others as
@@ -161,6 +171,8 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec:
     learned RoPE's settings left out were; ``notes``: words said after a key's refused change)."""
     broken, applied = [], []
     old_flat, new_flat = _flat(_as_run_sees_it(saved, step_spec)), _flat(_as_run_sees_it(new, step_spec))
+    if _same_shifts(old_flat, new_flat):
+        new_flat["e_range"] = old_flat["e_range"]
     for key in sorted(set(old_flat) | set(new_flat)):
         a, b = old_flat.get(key, ABSENT), new_flat.get(key, ABSENT)
         if a == b or _policy(key) == "ignored":
