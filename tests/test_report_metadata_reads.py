@@ -5,6 +5,9 @@ family's own declared ``metadata_keys`` (all ``<prefix>_...``) and ``length_swep
 
 from __future__ import annotations
 
+import pytest
+from lm_eval.utils import handle_arg_string
+
 from torchtune_longshort.eval.report.one_run import settings_differences
 from torchtune_longshort.eval.tasks import TASK_FAMILIES
 
@@ -41,3 +44,17 @@ def test_batch_size_and_device_are_no_part_of_a_runs_identity():
 
     assert ident(batch_size=1) == ident(batch_size=8) == ident(max_batch_size=64) == ident(device="cuda:0")
     assert ident(batch_size=1) != ident(revision="v2")  # another model argument is another run
+
+
+@pytest.mark.parametrize("key, written", [("passkey_seed", "3"), ("passkey_seed", "0"), ("passkey_num_samples", "8"),
+                                          ("mis_min_frac", "0.5"), ("ppl_join_documents", "True"),
+                                          ("ppl_skip_bad_records", "false")])
+def test_a_value_written_as_text_is_the_value_key_value_metadata_gives(key, written):
+    # a JSON --metadata '{"passkey_seed": "3"}' and --metadata passkey_seed=3 (which lm-eval types with its own
+    # handle_arg_string: 3) are one setting, the tasks reading both alike; the report said "passkey_seed: '3' vs 3"
+    fam = next(f for f in TASK_FAMILIES.values() if key in f.metadata_keys)
+    typed = handle_arg_string(written)
+    assert not isinstance(typed, str)
+    assert settings_differences(_results(fam.task, {key: written}), _results(fam.task, {key: typed})) == []
+    other = not typed if isinstance(typed, bool) else typed + 1
+    assert settings_differences(_results(fam.task, {key: written}), _results(fam.task, {key: other})) != []

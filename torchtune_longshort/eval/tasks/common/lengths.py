@@ -11,6 +11,7 @@ reports one metric per length, named ``<metric>_<label>`` (``ppl_4k``, ``acc_2k`
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 # The grammar itself (labels, "1k" = 1024) is the package's, shared with every command line and config that takes a
@@ -41,7 +42,7 @@ def comparable(key: str, value: Any) -> Any:
     key's items as its task reads them (:func:`list_items`: a list, a comma list or one value), so ``"0,50,100"`` and
     ``[0, 50, 100]`` are one setting: ``max_seq_lengths`` / ``<prefix>_max_seq_lengths`` as token counts (``"2k"``
     and ``2048`` alike), ``passkey_depths`` as percentages, ``mis_divergences`` as names; any other key's value, or
-    one its task would refuse, as it is."""
+    one its task would refuse, as it is; a number or true / false written as text as the number or flag it is."""
     try:
         if key == METADATA_KEY or key.endswith("_" + METADATA_KEY):
             return parse_lengths(value, key)
@@ -51,7 +52,25 @@ def comparable(key: str, value: Any) -> Any:
         return percentages(value) or value
     if key == "mis_divergences" and isinstance(value, (str, list, tuple)):
         return list_items(value) or value
-    return value
+    return _as_typed(value)
+
+
+def _as_typed(value: Any) -> Any:
+    """A text value as lm-eval's ``--metadata key=value`` types it (``handle_arg_string``): ``"8"`` is 8, ``"0.5"``
+    0.5, ``"True"`` true, so a JSON ``{"passkey_seed": "3"}`` and ``passkey_seed=3`` are one setting (the tasks read
+    both alike); other text, and anything not text, as it is."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lstrip("+-").isdigit():
+        return int(text)
+    try:
+        number = float(text)
+    except ValueError:
+        return value
+    return number if math.isfinite(number) else value
 
 
 def lengths_key(prefix: str) -> str:
