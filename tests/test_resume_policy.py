@@ -256,3 +256,17 @@ def test_an_e_range_written_another_way_is_the_same_range(spelled):
         compare_resume_config(saved, {**saved, "e_range": [1, 16]})
     with pytest.raises(ValueError, match=r"seq_len: 64 -> 128"):  # the same words at another L are other shifts
         compare_resume_config(saved, {**saved, "seq_len": 128})
+
+
+@pytest.mark.parametrize("spelled", ["llama2", "Llama2"])
+def test_a_model_type_in_another_case_is_the_same_model_type(spelled):
+    """``checkpointer.model_type=llama2`` on resuming a run saved with ``LLAMA2`` (torchtune's one ModelType, whose
+    value is ``llama2``; the config check takes either) was refused as ``'LLAMA2' -> 'llama2'``."""
+    from torchtune.training.checkpointing._utils import ModelType
+
+    assert ModelType(spelled.lower()) is ModelType["LLAMA2"]
+    node = {"_component_": "torchtune.training.FullModelHFCheckpointer", "checkpoint_dir": None, "model_type": "LLAMA2"}
+    saved = {"output_dir": "o", "seq_len": 64, "max_steps": 2, "checkpointer": node}
+    assert compare_resume_config(saved, {**saved, "checkpointer": {**node, "model_type": spelled}}) == []
+    with pytest.raises(ValueError, match=r"checkpointer\.model_type: 'LLAMA2' -> 'LLAMA3'"):
+        compare_resume_config(saved, {**saved, "checkpointer": {**node, "model_type": "llama3"}})

@@ -38,6 +38,7 @@ RESUME_POLICY = resume_policies(RecipeConfig)
 TRUST_KEY = "trust_remote_code"
 OUTPUT_DIR = "<output_dir>"  # paths inside the run's folder are compared relative to it
 ABSENT = "<absent>"  # a key one of the two configs does not have
+MODEL_TYPE = "checkpointer.model_type"
 
 
 def _as_run_sees_it(config: Dict[str, Any], step_spec: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -173,6 +174,9 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec:
     old_flat, new_flat = _flat(_as_run_sees_it(saved, step_spec)), _flat(_as_run_sees_it(new, step_spec))
     if _same_shifts(old_flat, new_flat):
         new_flat["e_range"] = old_flat["e_range"]
+    for flat in (old_flat, new_flat):  # llama2 and LLAMA2: one ModelType, as check_torchtune_model_type reads it
+        if isinstance(flat.get(MODEL_TYPE), str):
+            flat[MODEL_TYPE] = flat[MODEL_TYPE].upper()
     for key in sorted(set(old_flat) | set(new_flat)):
         a, b = old_flat.get(key, ABSENT), new_flat.get(key, ABSENT)
         if a == b or _policy(key) == "ignored":
