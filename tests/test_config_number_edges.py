@@ -60,15 +60,20 @@ def test_an_empty_text_is_refused():
             assert text("name", value) == value
 
 
-@pytest.mark.parametrize("name", ["cuda:x", "cuda:", "cuda:-1", "cuda:1x"])
+@pytest.mark.parametrize("name", ["cuda:x", "cuda:", "cuda:-1", "cuda:1x", "cpu:0", "mps:"])
 def test_a_cuda_device_without_an_index_number_is_refused(name):
     """values.device_name taking any 'cuda:' text (mutants16: cuda:x passed the name check, left to torch's own
     'Invalid device string' traceback); torch.device is the reference for what a device string is."""
     from torchtune_longshort.config.values import device_name
+    from torchtune_longshort.devices import device_problem
 
-    if name != "cuda:-1":
+    if name not in ("cuda:-1", "cpu:0"):  # torch takes cpu:0, a name torch.cuda / mps code paths never see here
         with pytest.raises(RuntimeError):
             torch.device(name)
-    with pytest.raises(ValueError, match=rf"device='{name}' is not accepted: expected cpu, cuda or cuda:N"):
+    with pytest.raises(ValueError, match=rf"device='{name}' is not accepted: expected cpu, cuda, cuda:N or mps"):
         device_name("device", name)
-    assert device_name("device", "cuda:1") == "cuda:1"
+    # what every entry point's device rule takes (devices.device_problem names the same forms), on any machine:
+    # mps:0 was refused by the config check while require_device took it
+    for ok in ("cpu", "cuda", "cuda:1", "mps", "mps:0"):
+        assert device_name("device", ok) == ok
+        assert "not a device name" not in (device_problem(ok) or "")

@@ -31,11 +31,17 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def is_device_name(name: Any) -> bool:
+    """``name`` is a device name this package takes (:data:`ACCEPTED`), whether or not this machine has it."""
+    m = _NAME.match(str(name))
+    return bool(m) and not (m.group(1) == "cpu" and m.group(2))
+
+
 def device_problem(name: str) -> Union[str, None]:
     """Why this machine cannot run on ``name`` (None: it can)."""
-    m = _NAME.match(str(name))
-    if not m or (m.group(1) == "cpu" and m.group(2)):
+    if not is_device_name(name):
         return f"not a device name (accepted: {ACCEPTED})"
+    m = _NAME.match(str(name))
     kind, index = m.group(1), int(m.group(2)[1:]) if m.group(2) else None
     if kind == "cuda":
         if not torch.cuda.is_available():

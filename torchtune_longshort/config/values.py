@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from torchtune_longshort.devices import require_device
+from torchtune_longshort.devices import ACCEPTED, is_device_name, require_device
 from torchtune_longshort.lengths import length_value
 from torchtune_longshort.refusals import Refusal
 
@@ -77,11 +77,11 @@ def length(minimum: int = 1) -> Check:
 
 
 def device_name(path: str, value: Any) -> str:
-    """cpu, mps, cuda or cuda:N (whether this machine has it: :func:`check_device`)."""
-    name = str(value)
-    if name != "cpu" and name != "mps" and name != "cuda" and not (name.startswith("cuda:") and name[5:].isdigit()):
-        raise refuse(path, value, "cpu, cuda or cuda:N")
-    return name
+    """A device name of :data:`~torchtune_longshort.devices.ACCEPTED` (whether this machine has it:
+    :func:`check_device`)."""
+    if not is_device_name(value):
+        raise refuse(path, value, ACCEPTED)
+    return str(value)
 
 
 def check_device(path: str, name: str) -> None:
