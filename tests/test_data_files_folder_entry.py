@@ -35,3 +35,25 @@ def test_a_folder_entry_is_refused_as_datasets_refuses_it_naming_the_glob_it_rea
     assert repr(glob) in said
     got = [os.path.abspath(f) for _, f in named_files({"source": "text", "data_files": glob}, "dataset")]
     assert got == [os.path.abspath(f) for f in resolve_pattern(glob, os.getcwd())]
+
+
+@pytest.mark.parametrize("args", [{"source": "corpus"}, {"source": "text", "data_dir": "corpus"}])
+def test_a_folder_entry_inside_the_folder_it_is_read_in_is_refused_as_a_folder(tmp_path, monkeypatch, args):
+    """Inside a local folder ``source`` or a builder's ``data_dir`` a relative entry is read there; one naming a
+    folder was said not to exist ("no such file or glob match") though it does. datasets refuses it as a folder."""
+    from datasets.data_files import resolve_pattern
+
+    sub = tmp_path / "corpus" / "sub"
+    sub.mkdir(parents=True)
+    (sub / "a.txt").write_text("one document\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="Unable to find"):
+        resolve_pattern("sub", str(tmp_path / "corpus"))
+    with pytest.raises(FileNotFoundError) as refused:
+        named_files({**args, "data_files": "sub"}, "dataset")
+    said = str(refused.value)
+    assert said.startswith("dataset.data_files='sub' is a folder") and repr(str(sub)) in said, said
+    glob = os.path.join("sub", "*.txt")
+    assert repr(glob) in said
+    got = [os.path.abspath(f) for _, f in named_files({**args, "data_files": glob}, "dataset")]
+    assert got == [os.path.abspath(f) for f in resolve_pattern(glob, str(tmp_path / "corpus"))]

@@ -87,22 +87,26 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
     return [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
 
 
-def _no_folder(entry: Any, field: str, source_field: str) -> None:
+def _no_folder(entry: Any, field: str, source_field: str, base: Optional[Path] = None) -> None:
     """Refuses a ``data_files`` ``entry`` that names a folder, as ``datasets``' own ``resolve_pattern`` refuses it
     (it matches files only: "Unable to find '<cwd>/d'", when the run started): :func:`resolve_files` read the folder's
-    files, so the config check passed. The fix names a glob of its files or the folder as the source."""
-    if not isinstance(entry, (str, Path)) or not Path(entry).is_dir():
+    files, so the config check passed. ``base``: the folder a relative entry is read in (a local source's, a
+    builder's ``data_dir``), else the current directory. The fix names a glob of its files or the folder as the
+    source."""
+    where = Path(base) if base is not None else Path(os.getcwd())
+    if not isinstance(entry, (str, Path)) or not (where / entry).is_dir():
         return
     from datasets.data_files import resolve_pattern  # deferred: datasets (heavy import)
 
     try:
-        resolve_pattern(os.fspath(entry), Path(os.getcwd()).as_posix())
+        resolve_pattern(os.fspath(entry), where.as_posix())
     except FileNotFoundError:
-        found = sorted(f.suffix for f in Path(entry).rglob("*") if f.suffix in DATA_FILE_SUFFIXES and f.is_file())
+        found = sorted(f.suffix for f in (where / entry).rglob("*") if f.suffix in DATA_FILE_SUFFIXES and f.is_file())
         pattern = os.path.join(os.fspath(entry), "*" + (max(found, key=found.count) if found else ""))
+        named = f", {os.fspath(where / entry)!r}," if base is not None else ""
         raise FileNotFoundError(f"{field}={os.fspath(entry)!r} is a folder, and datasets reads data_files as files or "
                                 f"globs only (it refuses a folder: \"Unable to find\"): name its files by a glob, "
-                                f"{pattern!r}, or the folder as {source_field} (without data_files)") from None
+                                f"{pattern!r}, or the folder{named} as {source_field} (without data_files)") from None
 
 
 def source_folder(source: Any, data_dir: Any = None) -> Optional[Path]:
@@ -142,6 +146,7 @@ def _in_folder(entry: Any, folder: Path, field: str, source_field: str) -> List[
     try:
         return resolve_pattern(entry, folder.as_posix())
     except FileNotFoundError:
+        _no_folder(entry, field, field.rsplit(".", 1)[0] + ".source", folder)  # said as a folder, not as nothing
         here = f"; {os.getcwd()!r} holds it, but" if (Path(entry).exists() or glob_files(entry)) else ", and"
         home = os.path.expanduser(entry)
         if home != entry and (Path(home).exists() or glob_files(home)):
