@@ -6,7 +6,8 @@ cancels. :mod:`torchtune_longshort.study.stats` gives the mean difference and it
 ``held`` when the intervals say what the paper says, ``not held`` when they do not, and ``not measurable here`` when
 the study lacks the runs or the scores carry no signal (e.g. a task at 0 for every model). A claim judged per RoPE
 method is ``held for some methods only`` when it held for some and not for others; Table 7's is ``partly held`` when
-some of its (range, length) comparisons went the paper's way and others did not. The rule used for each verdict is
+some of its (range, length) comparisons went the paper's way and others did not; SCE against Jeffreys and JS, which
+the paper does not claim, is ``new result (no paper claim)``: reported, not judged. The rule used for each verdict is
 written next to it in the report.
 """
 
