@@ -60,10 +60,13 @@ def stdlib_sentencepiece_tokenizer(
     if not model_file.is_file():
         check_training_folder(folder)  # a folder of the user's is never trained into, nor replaced
         made = missing_root(folder)  # the folders this call makes (None: an empty folder of the user's, kept)
-        with _training_turn(folder):  # torchrun's ranks, or runs started together: one trains, the others wait
+        with _training_turn(folder) as waited:  # torchrun's ranks, or runs started together: one trains
             if not model_file.is_file():
                 _train_into(folder, model_file, made, vocab_size, train_files_limit)
-            else:  # trained while this process waited its turn: read, not trained again
+            elif waited is not None:  # trained while this process waited its turn: read, not trained again
+                _say(f"Tokenizer: {model_file} was trained by that process in the {waited:.1f} s this one waited; "
+                     "using it")
+            else:  # put in place between the look above and the lock
                 _say(f"Tokenizer: {model_file} was trained by another process meanwhile (another rank of this run, "
                      "or a run started at the same time); using it")
     elif Path(path).suffix != ".model" and folder.resolve() not in _HELD:  # once a process (the config check reads it)
@@ -78,12 +81,22 @@ def stdlib_sentencepiece_tokenizer(
 def _training_turn(folder: Path):
     """An exclusive flock on the tokenizer folder's parent while this process trains: each of torchrun's ranks
     builds the component, and every rank trained the same folder at once (twice the CPU, the losers saying 'put in
-    place by another run'); now the first trains and the others find its folder when their turn comes."""
+    place by another run'); now the first trains and the others find its folder when their turn comes. Yields the
+    seconds this process waited for its turn (None: it did not wait); a wait is said when it starts, by
+    rank 0 alone, as the trainer's own lines are (rank 1 training for rank 0 says nothing: rank 0 reports it)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder.parent, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        waited = None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # said when the wait starts: rank 1 training said nothing, and rank 0 waited mute
+            _say(f"Tokenizer: another process is training a tokenizer in {folder.parent} (another rank of this run, "
+                 "or a run started at the same time); waiting for it ...")
+            start = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            waited = time.monotonic() - start
+        yield waited
     finally:
         os.close(fd)  # the lock goes with it
 
