@@ -54,3 +54,19 @@ def test_the_last_model_args_item_goes_on_as_the_flag_as_lm_eval_merges_them():
             "batch_size=4"]
     out = lm_eval_argv(argv)
     assert out[out.index("--batch_size") + 1] == str(_parse(argv).model_args["batch_size"]) == "4"
+
+
+@pytest.mark.parametrize("spelling", [["--model_a", "{}"], ["--model_a={}"], ["-a", "{}"], ["--model_args", "{}"]])
+def test_a_device_in_abbreviated_model_args_is_named_as_model_args(spelling, monkeypatch):
+    # `--model_a pretrained=...,device=cuda:3` on a machine without it: the refusal said "--device='cuda:3': ... pass
+    # --device cpu", a flag the user did not type
+    from torchtune_longshort.eval import cli_run
+
+    argv = ["run", "--model", "hf", "--tasks", "longshort_ppl"] + [s.format("dtype=float32,device=cuda:3")
+                                                                    for s in spelling]
+    assert _parse(argv).model_args["device"] == "cuda:3"  # lm-eval reads it in --model_args
+    named = []
+    monkeypatch.setattr(cli_run, "require_device", lambda device, given_as: named.append((device, given_as)))
+    monkeypatch.setattr(cli_run, "_refuse_unrepresentable", lambda out, model: None)
+    lm_eval_argv(argv)
+    assert named == [("cuda:3", "--model_args device")]

@@ -121,7 +121,8 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     if device is None:
         out += ["--device", default_device()]
     else:
-        require_device(device, "--device" if _model_args_value(list(args), "device") is None else "--model_args device")
+        in_args = _model_args_value(canonical_options(args), "device")  # as typed: --model_a, -a, --model_args=
+        require_device(device, "--device" if in_args is None else "--model_args device")
     out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
     if model != "longshort":
         _refuse_unrepresentable(out, model or "hf")
