@@ -70,3 +70,16 @@ def test_a_device_in_abbreviated_model_args_is_named_as_model_args(spelling, mon
     monkeypatch.setattr(cli_run, "_refuse_unrepresentable", lambda out, model: None)
     lm_eval_argv(argv)
     assert named == [("cuda:3", "--model_args device")]
+
+
+@pytest.mark.parametrize("command", [["validate", "--task", "my_own_task"], ["ls", "tasks"]])
+def test_ls_and_validate_read_an_abbreviated_include_path_as_lm_eval_does(command, tmp_path):
+    # `validate --tasks my_own_task --include mytasks`: the wrapper saw no --include_path and added the pack's, which
+    # lm-eval read in its place ("no task 'my_own_task'"); `ls tasks --include mytasks` did not list the folder's
+    from torchtune_longshort.eval.cli_argv import option
+
+    argv = command + ["--include", str(tmp_path)]
+    parsed = _parse(argv)
+    out = lm_eval_argv(argv)
+    assert option(out, "--include_path") == parsed.include_path == str(tmp_path)
+    assert option(out, "--tasks") == getattr(parsed, "tasks", None)

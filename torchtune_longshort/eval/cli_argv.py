@@ -61,19 +61,19 @@ def flag_given(out: Sequence[str], name: str) -> bool:
                or (a.startswith(name + "=") and a.split("=", 1)[1].lower() != "false") for i, a in enumerate(out))
 
 
-def _run_actions() -> list:
-    """The options lm-eval's ``run`` command declares, as its own parser's actions."""
+def _run_actions(command: str = "run") -> list:
+    """The options lm-eval's ``run`` command (or ``ls``, ``validate``) declares, as its own parser's actions."""
     # deferred: lm_eval (its CLI's parser; tasks-path answers without it)
     from lm_eval._cli.harness import HarnessCLI
 
     parser = HarnessCLI()._parser
-    return next(a for a in parser._actions if isinstance(a, _SubParsersAction)).choices["run"]._actions
+    return next(a for a in parser._actions if isinstance(a, _SubParsersAction)).choices[command]._actions
 
 
-def _run_options() -> Dict[str, Tuple[str, bool]]:
-    """Every spelling of an option lm-eval's ``run`` command declares (``-M``, ``--model``) -> (its long name,
-    whether it takes a value), read from lm-eval's own parser."""
-    return {name: (action.option_strings[0], action.nargs != 0) for action in _run_actions()
+def _run_options(command: str = "run") -> Dict[str, Tuple[str, bool]]:
+    """Every spelling of an option lm-eval's ``run`` command (or ``ls``, ``validate``) declares (``-M``,
+    ``--model``) -> (its long name, whether it takes a value), read from lm-eval's own parser."""
+    return {name: (action.option_strings[0], action.nargs != 0) for action in _run_actions(command)
             for name in action.option_strings}
 
 
@@ -209,8 +209,9 @@ def canonical_options(args: Sequence[str]) -> List[str]:
     """``args`` with each option of lm-eval's ``run`` under its long name, as lm-eval's parser reads it: a short
     alias (``-M longshort``, ``-Mlongshort``) and a unique abbreviation (``--output``; lm-eval allows them) become
     ``--model`` / ``--output_path``, so that this wrapper's checks see what lm-eval will run (``-M longshort`` was
-    evaluated by the longshort model and refused as ``hf`` by the tasks that need it). Values are left alone."""
-    names = _run_options()
+    evaluated by the longshort model and refused as ``hf`` by the tasks that need it). Values are left alone. The
+    options of ``ls`` and ``validate`` are theirs (``validate --include DIR``: the pack's folder was put in its place)."""
+    names = _run_options(args[0] if args and args[0] in ("ls", "validate") else "run")
     longs = sorted({long for long, _ in names.values() if long.startswith("--")})
     out: List[str] = []
     for a in map(str, args):

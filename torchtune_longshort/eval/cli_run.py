@@ -79,8 +79,9 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     """
     out = [str(a) for a in args]
     help_only = asks_help(out)
+    out = out if help_only else canonical_options(out)  # ls and validate by their own options
     if not help_only and out[0] not in _SUBCOMMANDS[1:]:
-        out = home_expanded(tidy_task_lists(canonical_options(out)))
+        out = home_expanded(tidy_task_lists(out))
         out = home_expanded(config_options(out, option(out, "--config")))  # the YAML's output_path too
     evaluating = not help_only and (out[0] == "run" or out[0] not in _SUBCOMMANDS)
     if not help_only:
