@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, CheckpointFolder, located_weight_files, read_hf_config
-
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-PEFT_PREFIX = "base_model.model."
+from torchtune_longshort.models.peft_adapter import PEFT_PREFIX, WEIGHTS_FILE as ADAPTER_WEIGHTS
 
 
 def refuse_unfitting_adapter(pretrained: Optional[str], peft: str) -> None:
