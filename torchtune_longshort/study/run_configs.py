@@ -26,6 +26,7 @@ from torchtune_longshort.training.recipe_config import RecipeConfig, load_recipe
 from torchtune_longshort.training.recipe_config.inputs import folders_apart, input_paths
 from torchtune_longshort.training.recipe_config.model_match import check_checkpoint_dimensions
 from torchtune_longshort.training.output_aside import LOCK
+from torchtune_longshort.windows import DEFAULT_E_RANGE, resolve_e_range
 
 
 STUDY_MARKER = ".longshort_study"  # written into a study's output folder before anything else
@@ -290,6 +291,28 @@ def check_recipe_overrides(cfg: StudyConfig, repo_root: Optional[Path] = None) -
         except (KeyError, ValueError, TypeError) as e:
             raise ValueError(f"the recipe config of run {key} (from recipe_config, {source}) is refused by the "
                              f"recipe: {e}") from None
+    _check_e_range_variant(cfg, plan)
+
+
+def _check_e_range_variant(cfg: StudyConfig, plan: "RunConfigs") -> None:
+    """``ValueError`` when a Table 7 range trains the main grid's run of its method and alpha again: the same
+    recipe config but its folder, its ``e_range`` resolved at ``L`` to the main grid's (``[1, 128]`` and the
+    default ``[1, L/2]`` at ``L = 256``). Table 7 compares each range against that run, so the copy doubled its
+    compute to be compared with itself."""
+    v = cfg.variants.e_range
+    mains = [r for r in cfg.runs_of(v.method, v.alpha) if r.seed == cfg.seeds[0]] if v else []
+    if not mains:  # no main-grid run at that alpha: each range is a comparison of its own
+        return
+    main_cfg = plan.recipe_config(mains[0].key, mains[0])
+    main_range = main_cfg.pop("e_range", DEFAULT_E_RANGE)
+    for run in (r for r in cfg.grid if r.variant == "e_range" and r.seed == cfg.seeds[0]):
+        c = plan.recipe_config(run.key, run)
+        c["output_dir"] = main_cfg["output_dir"]
+        if resolve_e_range(c.pop("e_range", DEFAULT_E_RANGE), cfg.L) == resolve_e_range(main_range, cfg.L) and c == main_cfg:
+            lo, hi = resolve_e_range(main_range, cfg.L)
+            raise ValueError(f"variants.e_range.ranges has {run.overrides['e_range']!r}, U[{lo}, {hi}] at L={cfg.L}, "
+                             f"the e_range {main_range!r} of the main grid's run {mains[0].config}: leave it out: "
+                             "Table 7 compares against the main grid's run")
 
 
 def _distinct_runs(cfg: StudyConfig) -> List[Tuple[str, Optional[Run], str]]:
