@@ -142,13 +142,14 @@ def release_cached(device: Union[str, torch.device]) -> None:
         torch.cuda.empty_cache()
 
 
-def require_device(name: str, field: str = "device") -> torch.device:
-    """The ``torch.device`` named ``name``; ``ValueError`` naming ``field``, the value, the reason and the fix when
-    this machine does not have it (no fallback: a run on another device than the one asked for would be recorded
-    as run where it was not)."""
+def require_device(name: str, field: str = "device", fix: Optional[str] = None) -> torch.device:
+    """The ``torch.device`` named ``name``; ``ValueError`` naming ``field``, the value, the reason and the fix (by
+    default ``field`` set to cpu) when this machine does not have it (no fallback: a run on another device than the
+    one asked for would be recorded as run where it was not)."""
     problem = device_problem(name)
     if problem is not None:
-        fix = f"{field} cpu" if field.startswith("-") and " " not in field else f"{field}=cpu"  # --model_args device
+        if fix is None:  # --device cpu, --model_args device=cpu
+            fix = f"{field} cpu" if field.startswith("-") and " " not in field else f"{field}=cpu"
         raise ValueError(f"{field}={str(name)!r}: {problem}; pass {fix}, or run where that device exists")
     return torch.device(str(name))
 

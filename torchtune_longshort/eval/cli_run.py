@@ -20,7 +20,7 @@ from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, check_batch_size, check_max_batch_size,
                                                check_option_values, check_verbosity, flag_given, home_expanded, option)
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
-from torchtune_longshort.eval.config_file import config_options
+from torchtune_longshort.eval.config_file import config_options, device_given_as
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
 from torchtune_longshort.eval.model.args import batch_sizes, check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import (lacks_template, no_template_message, select_template, template_name,
@@ -122,7 +122,10 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     if device is None:
         out += ["--device", default_device()]
     else:
-        in_args = _model_args_value(canonical_options(args), "device")  # as typed: --model_a, -a, --model_args=
+        typed = canonical_options(args)  # as typed: --model_a, -a, --model_args=
+        in_args, config = _model_args_value(typed, "device"), option(out, "--config")
+        if in_args is None and option(typed, "--device") is None and config is not None:
+            require_device(device, *device_given_as(config))  # the YAML's
         require_device(device, "--device" if in_args is None else "--model_args device")
     out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
     if model != "longshort":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import fields
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 # run's options the wrapper reads or adds (cli_run.lm_eval_argv / check_arguments, the task index)
 WRAPPER_KEYS = ("model", "model_args", "tasks", "metadata", "device", "batch_size", "max_batch_size", "output_path",
@@ -48,11 +48,31 @@ def _as_option(key: str, value: Any) -> List[str]:
         return []
     if value is True:
         return [f"--{key}"] if key == "apply_chat_template" else [f"--{key}", "True"]
+    if key == "model_args" and isinstance(value, dict) and all(_plain(v) for v in value.values()):
+        # as `k=v,...`, which lm-eval reads as it reads JSON and the wrapper reads too (its device, batch_size):
+        # as JSON, a model_args device reached lm-eval's hf beside the wrapper's --device (a TypeError)
+        return [f"--{key}", ",".join(f"{k}={v}" for k, v in value.items())]
     if isinstance(value, dict):
         return [f"--{key}", json.dumps(value)]
     if isinstance(value, (list, tuple)):
         return [f"--{key}", ",".join(map(str, value))]
     return [f"--{key}", str(value)]
+
+
+def _plain(value: Any) -> bool:
+    """A model_args value that ``k=v`` carries as lm-eval's parser gives it back (its handle_arg_string)."""
+    return isinstance(value, (str, int, float, bool)) and not any(c in str(value) for c in ",=") and str(value) != ""
+
+
+def device_given_as(path: str) -> Tuple[str, str]:
+    """How a device refusal names the device the YAML at ``path`` gives (its ``model_args`` device, in either form,
+    or its ``device`` key), and the fix."""
+    from lm_eval.utils import simple_parse_args_string  # deferred: lm_eval, as _read
+
+    args = _read(path).get("model_args")
+    if "device" in (args if isinstance(args, dict) else simple_parse_args_string(args or "")):
+        return f"--config {path}: model_args device", "device: cpu in its model_args"
+    return f"--config {path}: device", "device: cpu there"
 
 
 def config_options(out: List[str], given: Optional[str]) -> List[str]:
