@@ -47,7 +47,7 @@ with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while 
     from torchtune_longshort.data.source_names import SourceNames, source_names
     from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES
     from torchtune_longshort.data.stdlib_overlap import warn_overlap
-    from torchtune_longshort.devices import require_device
+    from torchtune_longshort.devices import ACCEPTED, require_device
     from torchtune_longshort.disk_space import check_not_full
     from torchtune_longshort.hidden_states import last_position_logits
     from torchtune_longshort.lengths import length_arg
@@ -144,7 +144,7 @@ def _parser() -> ArgumentParser:
                     "importable: PYTHONPATH=.)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the (l1, l2) draws (default 0)")
     ap.add_argument("--device", default="cpu",
-                    help="cpu, cuda, cuda:N (refused when this machine lacks it; default cpu)")
+                    help=f"{ACCEPTED} (refused when this machine lacks it; default cpu)")
     ap.add_argument("--cpu-keep-freed-blocks", action=argparse.BooleanOptionalAction, default=True,
                     help="on a CPU, glibc keeps large freed blocks for reuse, as the recipe and the eval model do "
                     "(default: on; no page faults on every forward)")

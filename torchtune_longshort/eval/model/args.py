@@ -19,7 +19,7 @@
     max_batch_size: the largest batch ``auto`` tries (lm-eval's ``--max_batch_size``; ignored with a fixed size).
     dtype: float32 (default) | bfloat16 | float16, their torch names (``half``, ``torch.bfloat16``, a ``torch.dtype``
         from Python), or ``auto``: the checkpoint's ``config.json`` dtype, as lm-eval's ``hf`` loads by default.
-    device: cpu | cuda | cuda:N.
+    device: cpu | cuda | cuda:N | mps (:data:`torchtune_longshort.devices.ACCEPTED`; default: cuda where there is one).
     truncation: none (default: a prompt longer than the model is refused, NaN with the reason) | left (lm-eval's
         ``hf``: keep the last tokens) | middle (keep first and last halves). Applies only to tasks that declare no
         truncation of their own: LongBench-E's docs declare ``middle`` (its protocol), passkey's ``none``
