@@ -42,7 +42,9 @@ def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
     model_args (``checkpoint_dir`` read as ``pretrained``; batch size and device left out), under ``resolved``
     dtype, max_length and truncation as the model resolved them where its results record that (compared over the
     model_args, not shown as settings given) and, for the
-    ``longshort`` model, the checkpoint's content fingerprint (``checkpoint_fingerprint``)."""
+    ``longshort`` model, the checkpoint's content fingerprint (``checkpoint_fingerprint``) and, where the results
+    record it (``longshort-eval`` does for any model on a local folder), the folder it resolved ``pretrained`` to
+    (``checkpoint_dir``: absolute, links followed), which stands for ``pretrained`` where two runs both have it."""
     config = data.get("config") or {}
     args = {k: str(v) for k, v in _model_args(config).items() if k not in _NOT_IDENTITY}
     if "checkpoint_dir" in args:
@@ -55,12 +57,16 @@ def run_identity(data: Dict[str, Any]) -> Dict[str, Any]:
                          if config.get(recorded) is not None}
     if config.get("checkpoint_fingerprint"):
         ident["checkpoint_fingerprint"] = config["checkpoint_fingerprint"]
+    if isinstance(config.get("checkpoint_dir"), str) and config["checkpoint_dir"]:  # resolved by longshort-eval
+        ident["checkpoint_dir"] = config["checkpoint_dir"]
     return ident
 
 
 def _identity_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
     diff = [f"model: {a['model']!r} vs {b['model']!r}"] if a["model"] != b["model"] else []
     aa, ba = ({**x["model_args"], **x.get("resolved", {})} for x in (a, b))
+    if a.get("checkpoint_dir") and b.get("checkpoint_dir"):  # out/ck, ./out/ck/, a link to it: one folder
+        aa["pretrained"], ba["pretrained"] = a["checkpoint_dir"], b["checkpoint_dir"]
     diff += [f"{k}: {aa.get(k)!r} vs {ba.get(k)!r}" for k in sorted(aa.keys() | ba.keys()) if aa.get(k) != ba.get(k)]
     fa, fb = a.get("checkpoint_fingerprint"), b.get("checkpoint_fingerprint")
     if fa and fb and fa != fb:
@@ -229,8 +235,9 @@ def check_one_run(run: Path) -> Dict[str, Any]:
                     "or name one run's results file (lm-eval writes "
                     "<output_path>/<checkpoint path>/results_<date>.json)"
                 )
-        if seen and ident.get("checkpoint_fingerprint") and not seen[0][1].get("checkpoint_fingerprint"):
-            f0, a, data0 = seen[0]
-            seen[0] = (f0, {**a, "checkpoint_fingerprint": ident["checkpoint_fingerprint"]}, data0)
+        for key in ("checkpoint_fingerprint", "checkpoint_dir"):
+            if seen and ident.get(key) and not seen[0][1].get(key):
+                f0, a, data0 = seen[0]
+                seen[0] = (f0, {**a, key: ident[key]}, data0)
         seen.append((f, ident, data))
     return seen[0][1] if seen else {}

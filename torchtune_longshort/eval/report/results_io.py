@@ -264,7 +264,9 @@ def load_run_info(results_dir: Path) -> Dict[str, Any]:
     counts = load_not_scored_counts(results_dir)
     unscored = sorted(t for t, n in samples.items() if n and sum(counts.get(t, {}).get("samples", {}).values()) >= n)
     shown = {k: v for k, v in (ident.get("model_args") or {}).items() if k not in ("pretrained", "dtype")}
-    return {"model": ident.get("model"), "pretrained": (ident.get("model_args") or {}).get("pretrained"),
+    # the folder longshort-eval resolved (absolute) where recorded: a report on another cwd still finds it
+    pretrained = ident.get("checkpoint_dir") or (ident.get("model_args") or {}).get("pretrained")
+    return {"model": ident.get("model"), "pretrained": pretrained,
             "model_settings": shown,
             "checkpoint_fingerprint": ident.get("checkpoint_fingerprint"), "limit": limit, "samples": samples,
             "unscored": unscored,
