@@ -26,19 +26,29 @@ def places(out: Path, root: Path) -> Dict[str, str]:
 
 def portable(value: Any, where: Dict[str, str]) -> Any:
     """``value`` (a spec: dicts, lists, strings, numbers) with each string that is one of ``where``'s folders or a
-    path inside one written as ``<place>/rest``: the longest folder that holds it names it."""
+    path inside one written as ``<place>/rest``: the longest folder that holds it names it, read resolved as the
+    places are (``os.path.realpath``: ``--out out/../out`` or a link to the study's folder was
+    ``<study>/../out/...`` or no place, and a rerun under that spelling trained every run of the grid again)."""
     if isinstance(value, dict):
         return {k: portable(v, where) for k, v in value.items()}
     if isinstance(value, list):
         return [portable(v, where) for v in value]
     if not isinstance(value, str) or not value.startswith(os.sep):
         return value
+    named = _named(os.path.realpath(value), where)  # the places are resolved: so is the path named by them
+    if named is None:
+        named = _named(value, where)
+    return value if named is None else named
+
+
+def _named(value: str, where: Dict[str, str]) -> Any:
+    """``value`` as ``<place>/rest`` by the longest of ``where``'s folders that holds it; None where none does."""
     for place, folder in sorted(where.items(), key=lambda kv: -len(kv[1])):
         if value == folder:
             return place
         if value.startswith(folder.rstrip(os.sep) + os.sep):
             return place + "/" + value[len(folder.rstrip(os.sep)) + 1:]
-    return value
+    return None
 
 
 def same_spec(recorded: Any, spec: Any, where: Dict[str, str]) -> bool:
