@@ -58,3 +58,15 @@ def test_a_value_written_as_text_is_the_value_key_value_metadata_gives(key, writ
     assert settings_differences(_results(fam.task, {key: written}), _results(fam.task, {key: typed})) == []
     other = not typed if isinstance(typed, bool) else typed + 1
     assert settings_differences(_results(fam.task, {key: written}), _results(fam.task, {key: other})) != []
+
+
+@pytest.mark.parametrize("written", ["+-3", "--3", "²"])
+def test_text_that_lm_eval_keeps_as_text_is_compared_as_text(written):
+    # '+-3' passed _as_typed's own sign-and-digits test and int('+-3') raised ValueError: the report stopped with a
+    # traceback; lm-eval's handle_arg_string keeps such text as text, and so is it compared
+    fam = next(f for f in TASK_FAMILIES.values() if "passkey_seed" in f.metadata_keys)
+    assert handle_arg_string(written) == written
+    assert settings_differences(_results(fam.task, {"passkey_seed": written}),
+                                _results(fam.task, {"passkey_seed": written})) == []
+    assert settings_differences(_results(fam.task, {"passkey_seed": written}),
+                                _results(fam.task, {"passkey_seed": 3})) != []

@@ -56,21 +56,17 @@ def comparable(key: str, value: Any) -> Any:
 
 
 def _as_typed(value: Any) -> Any:
-    """A text value as lm-eval's ``--metadata key=value`` types it (``handle_arg_string``): ``"8"`` is 8, ``"0.5"``
-    0.5, ``"True"`` true, so a JSON ``{"passkey_seed": "3"}`` and ``passkey_seed=3`` are one setting (the tasks read
-    both alike); other text, and anything not text, as it is."""
+    """A text value as lm-eval's ``--metadata key=value`` types it (its own ``handle_arg_string``): ``"8"`` is 8,
+    ``"0.5"`` 0.5, ``"True"`` true, so a JSON ``{"passkey_seed": "3"}`` and ``passkey_seed=3`` are one setting (the
+    tasks read both alike); other text (``"+-3"``, ``"nan"``, ``"none"``, a quoted ``'"3"'``), and anything not text,
+    as it is."""
     if not isinstance(value, str):
         return value
-    text = value.strip()
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if text.lstrip("+-").isdigit():
-        return int(text)
-    try:
-        number = float(text)
-    except ValueError:
-        return value
-    return number if math.isfinite(number) else value
+    from lm_eval.utils import handle_arg_string  # deferred: lm_eval (only for a value written as text)
+
+    typed = handle_arg_string(value)
+    finite = isinstance(typed, (bool, int)) or (isinstance(typed, float) and math.isfinite(typed))
+    return typed if finite else value
 
 
 def lengths_key(prefix: str) -> str:
