@@ -5,6 +5,7 @@ with ``datasets``' own ``resolve_pattern``; the glob the refusal names is one it
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -37,7 +38,8 @@ def test_a_folder_entry_is_refused_as_datasets_refuses_it_naming_the_glob_it_rea
     assert got == [os.path.abspath(f) for f in resolve_pattern(glob, os.getcwd())]
 
 
-@pytest.mark.parametrize("args", [{"source": "corpus"}, {"source": "text", "data_dir": "corpus"}])
+@pytest.mark.parametrize("args", [{"source": "corpus"}, {"source": "text", "data_dir": "corpus"},
+                                  {"source": ".", "data_dir": "corpus"}])
 def test_a_folder_entry_inside_the_folder_it_is_read_in_is_refused_as_a_folder(tmp_path, monkeypatch, args):
     """Inside a local folder ``source`` or a builder's ``data_dir`` a relative entry is read there; one naming a
     folder was said not to exist ("no such file or glob match") though it does. datasets refuses it as a folder."""
@@ -53,7 +55,21 @@ def test_a_folder_entry_inside_the_folder_it_is_read_in_is_refused_as_a_folder(t
         named_files({**args, "data_files": "sub"}, "dataset")
     said = str(refused.value)
     assert said.startswith("dataset.data_files='sub' is a folder") and repr(str(sub)) in said, said
+    _followed_loads(args, said, sub)
     glob = os.path.join("sub", "*.txt")
     assert repr(glob) in said
     got = [os.path.abspath(f) for _, f in named_files({**args, "data_files": glob}, "dataset")]
     assert got == [os.path.abspath(f) for f in resolve_pattern(glob, str(tmp_path / "corpus"))]
+
+
+def _followed_loads(args, said, sub):
+    """The refusal's "or the folder ... as <key> (without <keys>)", done as it says, is a dataset datasets' own
+    load_dataset_builder reads the folder's file from (naming the folder as dataset.source beside a builder's
+    data_dir, datasets read <folder>/<data_dir>: "doesn't contain any data files")."""
+    from datasets import load_dataset_builder
+
+    key, without = re.search(r"as dataset\.(\w+) \(without ([^)]*)\)$", said).groups()
+    done = {k: v for k, v in args.items() if k not in re.split(r", | or | and ", without)}
+    done[key] = str(sub)
+    builder = load_dataset_builder(done["source"], data_dir=done.get("data_dir"))
+    assert [os.path.abspath(f) for f in builder.config.data_files["train"]] == [str(sub / "a.txt")]

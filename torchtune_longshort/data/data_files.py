@@ -75,24 +75,28 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
         return []
     field = f"{where}.data_files"
     folder = source_folder(args.get("source"), args.get("data_dir"))
-    base = f"{where}.source"
+    # where a folder entry goes instead, as datasets reads it: a local source's data_dir joins the source (it refuses
+    # an absolute one), a builder's data_dir is its folder
+    without = " or data_dir" if args.get("data_dir") else ""
+    base, instead = f"{where}.source", f"{where}.source (without data_files{without})"
     if folder is None:
         folder, base = builder_data_dir(args.get("source"), args.get("data_dir")), f"{where}.data_dir"
+        instead = f"{where}.data_dir (without data_files)" if folder is not None else instead
     if folder is not None:
-        files = [g for f in files for g in _in_folder(f, folder, field, base)]
+        files = [g for f in files for g in _in_folder(f, folder, field, base, instead)]
     else:
         files = [g for f in files for g in _tilde_in_current_directory(f, field)]
     for f in files:
-        _no_folder(f, field, f"{where}.source")
+        _no_folder(f, field, instead)
     return [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
 
 
-def _no_folder(entry: Any, field: str, source_field: str, base: Optional[Path] = None) -> None:
+def _no_folder(entry: Any, field: str, instead: str, base: Optional[Path] = None) -> None:
     """Refuses a ``data_files`` ``entry`` that names a folder, as ``datasets``' own ``resolve_pattern`` refuses it
     (it matches files only: "Unable to find '<cwd>/d'", when the run started): :func:`resolve_files` read the folder's
     files, so the config check passed. ``base``: the folder a relative entry is read in (a local source's, a
-    builder's ``data_dir``), else the current directory. The fix names a glob of its files or the folder as the
-    source."""
+    builder's ``data_dir``), else the current directory. The fix names a glob of its files or the folder as
+    ``instead`` says (the key it goes in, and those to leave out)."""
     where = Path(base) if base is not None else Path(os.getcwd())
     if not isinstance(entry, (str, Path)) or not (where / entry).is_dir():
         return
@@ -106,7 +110,7 @@ def _no_folder(entry: Any, field: str, source_field: str, base: Optional[Path] =
         named = f", {os.fspath(where / entry)!r}," if base is not None else ""
         raise FileNotFoundError(f"{field}={os.fspath(entry)!r} is a folder, and datasets reads data_files as files or "
                                 f"globs only (it refuses a folder: \"Unable to find\"): name its files by a glob, "
-                                f"{pattern!r}, or the folder{named} as {source_field} (without data_files)") from None
+                                f"{pattern!r}, or the folder{named} as {instead}") from None
 
 
 def source_folder(source: Any, data_dir: Any = None) -> Optional[Path]:
@@ -134,11 +138,12 @@ def builder_data_dir(source: Any, data_dir: Any) -> Optional[Path]:
     return Path(data_dir).expanduser().resolve() if source in _PACKAGED_DATASETS_MODULES else None
 
 
-def _in_folder(entry: Any, folder: Path, field: str, source_field: str) -> List[Any]:
+def _in_folder(entry: Any, folder: Path, field: str, source_field: str, instead: str) -> List[Any]:
     """The files a ``data_files`` ``entry`` names inside a local source ``folder``, matched by ``datasets``' own
     ``resolve_pattern`` (a relative entry is joined to the folder); an absolute entry as it is. ``~/x.txt`` is
     relative there: ``datasets`` does not expand ``~`` (it reads ``<folder>/~/x.txt``). A relative entry that matches
-    nothing there is refused with ``field``, the folder and the current directory (not read)."""
+    nothing there is refused with ``field``, the folder and the current directory (not read); a folder, as
+    :func:`_no_folder` says (``instead``)."""
     from datasets.data_files import resolve_pattern  # deferred: datasets (heavy import)
 
     if not isinstance(entry, str) or Path(entry).is_absolute():
@@ -146,7 +151,7 @@ def _in_folder(entry: Any, folder: Path, field: str, source_field: str) -> List[
     try:
         return resolve_pattern(entry, folder.as_posix())
     except FileNotFoundError:
-        _no_folder(entry, field, field.rsplit(".", 1)[0] + ".source", folder)  # said as a folder, not as nothing
+        _no_folder(entry, field, instead, folder)  # said as a folder, not as nothing
         here = f"; {os.getcwd()!r} holds it, but" if (Path(entry).exists() or glob_files(entry)) else ", and"
         home = os.path.expanduser(entry)
         if home != entry and (Path(home).exists() or glob_files(home)):
