@@ -174,9 +174,9 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec:
     old_flat, new_flat = _flat(_as_run_sees_it(saved, step_spec)), _flat(_as_run_sees_it(new, step_spec))
     if _same_shifts(old_flat, new_flat):
         new_flat["e_range"] = old_flat["e_range"]
-    for flat in (old_flat, new_flat):  # llama2 and LLAMA2: one ModelType, as check_torchtune_model_type reads it
-        if isinstance(flat.get(MODEL_TYPE), str):
-            flat[MODEL_TYPE] = flat[MODEL_TYPE].upper()
+    old_type, new_type = (str(f.get(MODEL_TYPE)).upper() for f in (old_flat, new_flat))
+    if old_type == new_type and all(isinstance(f.get(MODEL_TYPE), str) for f in (old_flat, new_flat)):
+        new_flat[MODEL_TYPE] = old_flat[MODEL_TYPE]  # llama2 and LLAMA2: one ModelType (check_torchtune_model_type)
     for key in sorted(set(old_flat) | set(new_flat)):
         a, b = old_flat.get(key, ABSENT), new_flat.get(key, ABSENT)
         if a == b or _policy(key) == "ignored":
