@@ -91,7 +91,7 @@ FAMILIES = {
         ({"dtype": "fp8"}, "dtype", r"one of \['fp32', 'bf16'\]"),
         # pure float16 without loss scaling: accepted, and the tiny run's loss was NaN at step 2
         ({"dtype": "fp16"}, "dtype", r"dtype=fp16 is not accepted: .*no loss scaling.*use dtype=bf16"),
-        ({"device": "tpu"}, "device", r"cpu, cuda, cuda:N or mps"),
+        ({"device": "tpu"}, "device", r"cpu, cuda, cuda:N, mps or mps:N"),
         ({"device": "cuda"}, "device", r"CUDA is not available"),
         ({"window_bos": "yes"}, "window_bos", r"true or false"),
         ({"clip_rope_separately": "yes"}, "clip_rope_separately", r"true or false"),

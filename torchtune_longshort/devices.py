@@ -22,8 +22,8 @@ from torchtune_longshort.plural import counted
 
 T = TypeVar("T")
 
-ACCEPTED = "cpu, cuda, cuda:N or mps"
-_NAME = re.compile(r"^(cpu|mps|cuda)(:\d+)?$")
+ACCEPTED = "cpu, cuda, cuda:N, mps or mps:N"
+_NAME = re.compile(r"(cpu|mps|cuda)(:\d+)?")  # matched whole (fullmatch): a name with a newline after it is none
 
 
 def default_device() -> str:
@@ -33,7 +33,7 @@ def default_device() -> str:
 
 def is_device_name(name: Any) -> bool:
     """``name`` is a device name this package takes (:data:`ACCEPTED`), whether or not this machine has it."""
-    m = _NAME.match(str(name))
+    m = _NAME.fullmatch(str(name))
     return bool(m) and not (m.group(1) == "cpu" and m.group(2))
 
 
@@ -41,7 +41,7 @@ def device_problem(name: str) -> Union[str, None]:
     """Why this machine cannot run on ``name`` (None: it can)."""
     if not is_device_name(name):
         return f"not a device name (accepted: {ACCEPTED})"
-    m = _NAME.match(str(name))
+    m = _NAME.fullmatch(str(name))
     kind, index = m.group(1), int(m.group(2)[1:]) if m.group(2) else None
     if kind == "cuda":
         if not torch.cuda.is_available():

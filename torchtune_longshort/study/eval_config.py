@@ -119,7 +119,7 @@ class EvalConfig(StudySection):
                                    "metrics.misalignment.DEFAULT_NUM_SAMPLES)", check=integer(1))
     ppl_source: str = setting("stdlib", doc="the perplexity task's text source", check=text)
     batch_size: int = setting(1, doc="lm-eval batch size", check=integer(1))
-    device: str = setting("cpu", doc="lm-eval device: cpu, cuda, cuda:N or mps", check=device_name)
+    device: str = setting("cpu", doc="lm-eval device: cpu, cuda, cuda:N, mps or mps:N", check=device_name)
     dtype: str = setting("float32", doc="the eval model's dtype", check=text)
     babilong: Optional[BabilongConfig] = setting(None, doc="BABILong-style QA (null: not run)",
                                                  section=BabilongConfig)

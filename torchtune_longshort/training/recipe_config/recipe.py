@@ -145,7 +145,7 @@ class RecipeConfig(Section):
     train_embeddings_and_norms: bool = setting(False, doc="LoRA: also train embeddings and norms (LongQLoRA)",
                                                check=boolean, resume="exact")
     # where it runs
-    device: str = setting("cpu", doc="cpu, cuda, cuda:N or mps (the device must exist); null: torchtune's "
+    device: str = setting("cpu", doc="cpu, cuda, cuda:N, mps or mps:N (the device must exist); null: torchtune's "
                           "get_device(None), cuda where this machine has it, else cpu (the run's log names it)",
                           check=device_name, null=default_device, resume="applied")
     dtype: str = setting("fp32", doc="fp32 or bf16 (fp16: refused, as torchtune's recipes do)", check=_dtype,
