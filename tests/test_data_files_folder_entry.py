@@ -38,6 +38,23 @@ def test_a_folder_entry_is_refused_as_datasets_refuses_it_naming_the_glob_it_rea
     assert got == [os.path.abspath(f) for f in resolve_pattern(glob, os.getcwd())]
 
 
+def test_a_folder_whose_files_lie_below_it_is_named_by_a_glob_datasets_reads_them_by(tmp_path, monkeypatch):
+    """The suggested ``d/*.txt`` matched nothing when d's files lie in subfolders (``d/2024/a.txt``): the refusal
+    names ``d/**/*.txt`` there, the most common suffix's (datasets' own resolve_pattern reads the files by it)."""
+    from datasets.data_files import resolve_pattern
+
+    for name in ("2024/a.txt", "2024/b.txt", "2025/c.txt", "2025/notes.csv"):
+        (tmp_path / "d" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "d" / name).write_text("text\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as refused:
+        named_files({"source": "text", "data_files": "d"}, "dataset")
+    glob = os.path.join("d", "**", "*.txt")
+    assert repr(glob) in str(refused.value), str(refused.value)
+    assert sorted(os.path.relpath(f, "d") for f in resolve_pattern(glob, os.getcwd())) == [
+        "2024/a.txt", "2024/b.txt", "2025/c.txt"]
+
+
 @pytest.mark.parametrize("args", [{"source": "corpus"}, {"source": "text", "data_dir": "corpus"},
                                   {"source": ".", "data_dir": "corpus"}])
 def test_a_folder_entry_inside_the_folder_it_is_read_in_is_refused_as_a_folder(tmp_path, monkeypatch, args):

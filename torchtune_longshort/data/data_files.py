@@ -16,12 +16,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.data.file_paths import resolve_files, skipped_links
-from torchtune_longshort.data.file_kinds import JSON_LINES_SUFFIX, JSON_SUFFIX
+from torchtune_longshort.data.file_kinds import DATA_FILE_SUFFIXES, JSON_LINES_SUFFIX, JSON_SUFFIX
+from torchtune_longshort.data.folder_entry import no_folder
 from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents
 
 
-# The data files ``datasets`` reads from a local folder (its packaged builders): a folder holding none is refused.
-DATA_FILE_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt", ".csv", ".parquet", ".arrow")
 # Those this package's reader (:mod:`~.text_files`) reads again to name a bad record.
 READ_AGAIN_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt")
 
@@ -87,30 +86,8 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
     else:
         files = [g for f in files for g in _tilde_in_current_directory(f, field)]
     for f in files:
-        _no_folder(f, field, instead)
+        no_folder(f, field, instead)
     return [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
-
-
-def _no_folder(entry: Any, field: str, instead: str, base: Optional[Path] = None) -> None:
-    """Refuses a ``data_files`` ``entry`` that names a folder, as ``datasets``' own ``resolve_pattern`` refuses it
-    (it matches files only: "Unable to find '<cwd>/d'", when the run started): :func:`resolve_files` read the folder's
-    files, so the config check passed. ``base``: the folder a relative entry is read in (a local source's, a
-    builder's ``data_dir``), else the current directory. The fix names a glob of its files or the folder as
-    ``instead`` says (the key it goes in, and those to leave out)."""
-    where = Path(base) if base is not None else Path(os.getcwd())
-    if not isinstance(entry, (str, Path)) or not (where / entry).is_dir():
-        return
-    from datasets.data_files import resolve_pattern  # deferred: datasets (heavy import)
-
-    try:
-        resolve_pattern(os.fspath(entry), where.as_posix())
-    except FileNotFoundError:
-        found = sorted(f.suffix for f in (where / entry).rglob("*") if f.suffix in DATA_FILE_SUFFIXES and f.is_file())
-        pattern = os.path.join(os.fspath(entry), "*" + (max(found, key=found.count) if found else ""))
-        named = f", {os.fspath(where / entry)!r}," if base is not None else ""
-        raise FileNotFoundError(f"{field}={os.fspath(entry)!r} is a folder, and datasets reads data_files as files or "
-                                f"globs only (it refuses a folder: \"Unable to find\"): name its files by a glob, "
-                                f"{pattern!r}, or the folder{named} as {instead}") from None
 
 
 def source_folder(source: Any, data_dir: Any = None) -> Optional[Path]:
@@ -151,7 +128,7 @@ def _in_folder(entry: Any, folder: Path, field: str, source_field: str, instead:
     try:
         return resolve_pattern(entry, folder.as_posix())
     except FileNotFoundError:
-        _no_folder(entry, field, instead, folder)  # said as a folder, not as nothing
+        no_folder(entry, field, instead, folder)  # said as a folder, not as nothing
         here = f"; {os.getcwd()!r} holds it, but" if (Path(entry).exists() or glob_files(entry)) else ", and"
         home = os.path.expanduser(entry)
         if home != entry and (Path(home).exists() or glob_files(home)):

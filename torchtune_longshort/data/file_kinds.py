@@ -11,6 +11,8 @@ from typing import Optional
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
 PARQUET_SUFFIX = ".parquet"
+# The data files ``datasets`` reads from a local folder (its packaged builders): a folder holding none is refused.
+DATA_FILE_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt", ".csv", PARQUET_SUFFIX, ".arrow")
 # The files with records (not one whole-file document): a folder given to a reader includes them whatever its suffixes.
 RECORD_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX)
 # How much of each file a config check decodes before the run (:func:`check_heads`): a file named by mistake (gzip,

@@ -10,7 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from torchtune_longshort.data.data_files import DATA_FILE_SUFFIXES, explain_load_failure, is_saved_dataset
+from torchtune_longshort.data.data_files import explain_load_failure, is_saved_dataset
+from torchtune_longshort.data.file_kinds import DATA_FILE_SUFFIXES
 from torchtune_longshort.data.file_paths import in_hidden, resolve_files, warn_left_out
 from torchtune_longshort.data.source_names import SourceNames
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
