@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from argparse import ArgumentParser
 from pathlib import Path
@@ -22,6 +21,8 @@ from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, che
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options, device_given_as
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
+from torchtune_longshort.eval.model_args_argv import (model_args_value, renamed_model_args_key,
+                                                     without_model_args_key)
 from torchtune_longshort.eval.model.args import batch_sizes, check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import (lacks_template, no_template_message, select_template, template_name,
                                                  template_tokenizer)
@@ -40,8 +41,6 @@ from torchtune_longshort.models.hf_rope import not_representable_method
 from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 
 logger = logging.getLogger(__name__)
-
-_CHECKPOINT_DIR = re.compile(r"(^|,)checkpoint_dir=")
 
 _SUBCOMMANDS = ("run", "ls", "validate")
 
@@ -101,14 +100,14 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     _check_model_batch_size(option(out, "--batch_size"), f"--batch_size {option(out, '--batch_size')}", model)
     _check_output_path(option(out, "--output_path"))
     from torchtune_longshort.eval.output_path_apart import check_output_path_apart  # deferred: lm_eval (its tracker)
-    check_output_path_apart(out, lambda key: _model_args_value(out, key), model == "longshort")
+    check_output_path_apart(out, lambda key: model_args_value(out, key), model == "longshort")
     check_verbosity(option(out, "--verbosity"))
     _check_integrity_runnable(out)
     # lm-eval 0.4.13 passes its own --device (default cuda:0), --batch_size (default 1) and --max_batch_size to the
     # model whatever the command line says: one of them in --model_args too reached the model twice (TypeError), for
     # hf too; it goes as the option instead, and given both ways it is refused
     for key in ("batch_size", "max_batch_size", "device"):
-        flag, in_args = option(out, f"--{key}"), _model_args_value(out, key)
+        flag, in_args = option(out, f"--{key}"), model_args_value(out, key)
         if in_args is None:
             continue
         if flag is not None:
@@ -117,13 +116,13 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
             _check_model_batch_size(in_args, f"--model_args batch_size={in_args}", model)
         if key == "max_batch_size":
             check_max_batch_size(in_args, f"--model_args max_batch_size={in_args}")
-        out = _without_model_args_key(out, key) + [f"--{key}", in_args]
+        out = without_model_args_key(out, key) + [f"--{key}", in_args]
     device = option(out, "--device")
     if device is None:
         out += ["--device", default_device()]
     else:
         typed = canonical_options(args)  # as typed: --model_a, -a, --model_args=
-        in_args, config = _model_args_value(typed, "device"), option(out, "--config")
+        in_args, config = model_args_value(typed, "device"), option(out, "--config")
         if in_args is None and option(typed, "--device") is None and config is not None:
             require_device(device, *device_given_as(config))  # the YAML's
         require_device(device, "--device" if in_args is None else "--model_args device")
@@ -131,7 +130,7 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     if model != "longshort":
         _refuse_unrepresentable(out, model or "hf")
         return out
-    return _checkpoint_dir_as_pretrained(out)
+    return renamed_model_args_key(out, "checkpoint_dir", "pretrained")
 
 
 def _check_model_batch_size(value: Optional[str], given_as: str, model: Optional[str]) -> None:
@@ -250,57 +249,20 @@ def _refuse_unrepresentable(out: List[str], model: str) -> None:
     """Refuse a ``pretrained=`` folder whose RoPE transformers cannot run (CLEX's ODE, EABF's query factor: its
     config.json's ``rope_type`` says ``longshort-<method> (not representable ...)``) for a model other than
     ``longshort``, before lm-eval starts: transformers would raise a ``KeyError`` traceback while building it."""
-    for k in _model_args_spans(out):
-        value = out[k].split("--model_args=", 1)[-1]
-        found = re.search(r"(?:^|,)pretrained=([^,]*)", value)
-        config = Path(found.group(1)) / "config.json" if found else None
-        if config is None or not config.is_file():
-            continue
-        try:
-            hf = json.loads(config.read_text())
-        except (OSError, ValueError):
-            continue  # the model's own loader names what is wrong with the file
-        method = not_representable_method(hf) if isinstance(hf, dict) else None
-        if method is not None:
-            raise ValueError(
-                f"--model_args pretrained={found.group(1)}: its RoPE ({method}) is not representable in transformers "
-                f"({config} rope_type), so --model {model} cannot load it; evaluate it with --model longshort"
-            )
-
-
-def _model_args_spans(out: List[str]) -> List[int]:
-    """Indices of the ``--model_args`` tokens in ``out``."""
-    spans, i = [], 0
-    while i < len(out):
-        if out[i].startswith("--model_args="):
-            spans.append(i)
-        elif out[i] in ("--model_args", "-a"):
-            j = i + 1
-            while j < len(out) and not out[j].startswith("-"):
-                spans.append(j)
-                j += 1
-            i = j
-            continue
-        i += 1
-    return spans
-
-
-def _model_args_value(out: List[str], key: str) -> Optional[str]:
-    """The ``<key>=`` of ``--model_args`` (the last one), else None."""
-    pattern = re.compile(rf"(?:^|,){re.escape(key)}=([^,]*)")
-    found = [m.group(1) for k in _model_args_spans(out)
-             for m in pattern.finditer(out[k].split("--model_args=", 1)[-1])]
-    return found[-1] if found else None
-
-
-def _without_model_args_key(out: List[str], key: str) -> List[str]:
-    """``out`` with every ``<key>=`` item taken out of ``--model_args``."""
-    out = list(out)
-    for k in _model_args_spans(out):
-        head, sep, value = out[k].partition("--model_args=") if out[k].startswith("--model_args=") else ("", "", out[k])
-        value = ",".join(item for item in value.split(",") if not item.startswith(f"{key}="))
-        out[k] = head + sep + value
-    return out
+    pretrained = model_args_value(out, "pretrained")  # either spelling of --model_args
+    config = Path(pretrained) / "config.json" if pretrained else None
+    if config is None or not config.is_file():
+        return
+    try:
+        hf = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return  # the model's own loader names what is wrong with the file
+    method = not_representable_method(hf) if isinstance(hf, dict) else None
+    if method is not None:
+        raise ValueError(
+            f"--model_args pretrained={pretrained}: its RoPE ({method}) is not representable in transformers "
+            f"({config} rope_type), so --model {model} cannot load it; evaluate it with --model longshort"
+        )
 
 
 def _check_integrity_runnable(out: List[str]) -> None:
@@ -347,19 +309,6 @@ def _check_output_path(value: Optional[str]) -> None:
         raise NotADirectoryError(f"--output_path {value!r}: {str(folder)!r} is a file, not a folder (lm-eval writes "
                                  "<output_path>/<model>/results_<date>.json); name a folder")
     check_creatable("--output_path", str(folder), writable=True)  # an existing one that takes no new file too
-
-
-def _checkpoint_dir_as_pretrained(out: List[str]) -> List[str]:
-    """``checkpoint_dir=`` of ``--model_args`` renamed ``pretrained=`` (unless ``pretrained`` is given)."""
-    spans = _model_args_spans(out)
-    if any(re.search(r"(^|,|=)pretrained=", out[k]) for k in spans):
-        return out
-    for k in spans:
-        head, sep, value = out[k].partition("--model_args=") if out[k].startswith("--model_args=") else ("", "", out[k])
-        if _CHECKPOINT_DIR.search(value):
-            out[k] = head + sep + _CHECKPOINT_DIR.sub(r"\1pretrained=", value, count=1)
-            break
-    return out
 
 
 def run_cli(args: Sequence[str]) -> Dict[str, Any]:
