@@ -26,7 +26,7 @@ def test_e_range_bars_colour_only_intervals_that_exclude_zero():
              _cmp(-1.9, -3.1, -0.7, "better", e_range=[1, "L"], length=1024),
              _cmp(0.8, 0.01, 1.6, "worse", e_range=[1, "L/4"], length=2048),
              _cmp(0.2, None, None, "unknown", e_range=["L/4", "L/2"])]
-    fig = draw(e_range_figure(claims_cfg(), {"comparisons": comps}))
+    fig = draw(e_range_figure(claims_cfg(), {"comparisons": comps, "main_e_range": [1, "L/2"]}))
     ax = fig.axes[0]
     colours = [tuple(p.get_facecolor()) for p in ax.patches]
     assert colours == [to_rgba(DIRECTION_STYLE[c["direction"]][0]) for c in comps]
@@ -52,7 +52,7 @@ def test_bars_count_the_seeds_they_pair_and_a_short_significant_bar_keeps_its_nu
     comps = [_cmp(0.5, None, None, "unknown", e_range=[1, "L/4"], n=1),
              _cmp(-3.0, -40.0, 34.0, "no difference", e_range=[1, "L"], n=2),
              _cmp(0.0004, 0.0001, 0.0007, "worse", e_range=[1, "L/8"], n=3)]
-    fig = draw(e_range_figure(claims_cfg(seeds=(0, 1, 2)), {"comparisons": comps}))
+    fig = draw(e_range_figure(claims_cfg(seeds=(0, 1, 2)), {"comparisons": comps, "main_e_range": [1, "L/2"]}))
     labels = fig.axes[0].get_yticklabels()
     assert "means over 1-3 seeds (n per bar)" in fig.get_suptitle() and "over 3 seeds" not in fig.get_suptitle()
     assert [t.get_text() for t in labels] == ["e ~ U[1, L/4] @ 512: +0.5 (n=1)", "e ~ U[1, L] @ 512: -3 (n=2)",
@@ -60,7 +60,7 @@ def test_bars_count_the_seeds_they_pair_and_a_short_significant_bar_keeps_its_nu
     assert labels[2].get_color() == DIRECTION_STYLE["worse"][0]
     inside_figure(fig, fig.legends[0])
     comps = [{**c, "n": 2} for c in comps]  # one count for every bar: said once, in the title
-    fig = draw(e_range_figure(claims_cfg(seeds=(0, 1, 2)), {"comparisons": comps}))
+    fig = draw(e_range_figure(claims_cfg(seeds=(0, 1, 2)), {"comparisons": comps, "main_e_range": [1, "L/2"]}))
     assert "mean over 2 seeds" in fig.get_suptitle() and "(n=" not in fig.axes[0].get_yticklabels()[0].get_text()
 
 

@@ -296,7 +296,7 @@ def base_figure(cfg: StudyConfig, base: Dict[str, Any]):
 
 def e_range_figure(cfg: StudyConfig, claim: Dict[str, Any]):
     """Table 7's bars: each other ``e`` range's perplexity minus the main range's, paired by seed (a Figure)."""
-    main = e_range_text(cfg.finetune.e_range)
+    main = e_range_text(claim["main_e_range"])  # the main grid's, as its runs' recipe config holds it
     return bars_figure(claim["comparisons"],
                        lambda c: f"e ~ {e_range_text(c['e_range'])} @ {length_label(c['length'])}",
                        f"Table 7: perplexity of other e ranges minus the main e ~ {main} "

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from torchtune_longshort.study import values
 from torchtune_longshort.study.fields import StudySection, setting
 from torchtune_longshort.config.values import integer, number, text
-from torchtune_longshort.windows import DEFAULT_E_RANGE, resolve_e_range
+from torchtune_longshort.windows import resolve_e_range
 
 METHOD_OVERRIDES = "overrides"  # in a ``methods`` entry: recipe keys for that method's runs only
 
@@ -38,11 +38,6 @@ class FinetuneConfig(StudySection):
     max_steps: int = setting(doc="fine-tuning steps per run", check=integer(1))
     overrides: Dict[str, Any] = setting({}, doc="recipe keys for every fine-tune (over recipe_overrides)",
                                         check=values.recipe_keys)
-
-    @property
-    def e_range(self) -> Any:
-        """The main grid's ``e ~ U[lo, hi]`` range as the overrides set it, else the windows' default."""
-        return self.overrides.get("e_range", DEFAULT_E_RANGE)
 
 
 @dataclass(frozen=True)

@@ -304,7 +304,7 @@ def _check_e_range_variant(cfg: StudyConfig, plan: "RunConfigs") -> None:
     if not mains:  # no main-grid run at that alpha: each range is a comparison of its own
         return
     main_cfg = plan.recipe_config(mains[0].key, mains[0])
-    main_range = main_cfg.pop("e_range", DEFAULT_E_RANGE)
+    main_range = main_cfg.pop("e_range", DEFAULT_E_RANGE)  # as main_e_range reads it
     for run in (r for r in cfg.grid if r.variant == "e_range" and r.seed == cfg.seeds[0]):
         c = plan.recipe_config(run.key, run)
         c["output_dir"] = main_cfg["output_dir"]
@@ -313,6 +313,20 @@ def _check_e_range_variant(cfg: StudyConfig, plan: "RunConfigs") -> None:
             raise ValueError(f"variants.e_range.ranges has {run.overrides['e_range']!r}, U[{lo}, {hi}] at L={cfg.L}, "
                              f"the e_range {main_range!r} of the main grid's run {mains[0].config}: leave it out: "
                              "Table 7 compares against the main grid's run")
+
+
+def main_e_range(cfg: StudyConfig, repo_root: Optional[Path] = None) -> Any:
+    """The ``e ~ U[lo, hi]`` range (as written) of the main grid's runs of Table 7's method
+    (``variants.e_range.method``), as the runner writes their recipe config: the recipe config's own ``e_range``,
+    then ``recipe_overrides``, ``finetune.overrides`` and the method's ``overrides`` (the windows' default where none
+    sets it); None without an ``e_range`` variant or a main-grid run of its method. Table 7's claim and bars compare
+    each range against it (``finetune.overrides`` alone named [1, L/2] for a main grid that trained another)."""
+    v = cfg.variants.e_range
+    mains = (cfg.runs_of(v.method, v.alpha) or [r for r in cfg.main_grid if r.method == v.method]) if v else []
+    if not mains:
+        return None
+    plan = RunConfigs(cfg, Path(repo_root or Path.cwd()).resolve(), Path("/nonexistent/study-main-range"))
+    return plan.recipe_config(mains[0].key, mains[0]).get("e_range", DEFAULT_E_RANGE)
 
 
 def _distinct_runs(cfg: StudyConfig) -> List[Tuple[str, Optional[Run], str]]:
