@@ -60,3 +60,17 @@ def test_table7_names_the_main_range_the_main_grid_trained(where, tmp_path, monk
     fig = e_range_figure(cfg, claim)
     titles = " ".join(t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text")))
     assert "main e ~ U[1, L/4]" in titles and "U[1, L/2]" not in titles, titles
+
+
+def test_the_main_range_is_read_from_the_records_of_the_runs_that_trained_it(tmp_path, monkeypatch):
+    """A report built from another folder (the study's recipe_config a relative file it cannot find there) reads the
+    main range from the main grid's records (their spec's recipe config, as the runner wrote and trained it), not
+    from the config file again; here the records say MAIN while the study config would give [1, L/2]."""
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(None, tmp_path)
+    recs = _records(cfg)
+    for r in cfg.grid:
+        if r.variant is None:
+            recs[r.key]["spec"] = {"recipe_config": {"e_range": MAIN, "seq_len": 256}}
+    claim = next(c for c in analyze(cfg, recs)["claims"] if c["id"] == "table7")
+    assert claim["main_e_range"] == MAIN and f"main range {MAIN}" in claim["reason"], claim["reason"]

@@ -282,7 +282,7 @@ def analyze(cfg: "StudyConfig", recs: Records) -> Dict[str, Any]:
               claim_alpha(cfg, recs, [0.1, 0.3], "better", "tables2_3"),
               claim_babilong(cfg, recs),
               claim_alpha(cfg, recs, [a for a in cfg.alphas if a >= 0.5], "worse", "table6", asked=">= 0.5"),
-              claim_e_range(cfg, recs, main_e_range(cfg)),
+              claim_e_range(cfg, recs, main_e_range(cfg, records=recs)),
               claim_equal_compute(cfg, recs),
               claim_divergence(cfg, recs)]
     base = recs.get("base", {})

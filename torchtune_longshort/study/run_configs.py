@@ -308,23 +308,30 @@ def _check_e_range_variant(cfg: StudyConfig, plan: "RunConfigs") -> None:
     for run in (r for r in cfg.grid if r.variant == "e_range" and r.seed == cfg.seeds[0]):
         c = plan.recipe_config(run.key, run)
         c["output_dir"] = main_cfg["output_dir"]
-        if resolve_e_range(c.pop("e_range", DEFAULT_E_RANGE), cfg.L) == resolve_e_range(main_range, cfg.L) and c == main_cfg:
-            lo, hi = resolve_e_range(main_range, cfg.L)
+        lo, hi = resolve_e_range(main_range, cfg.L)
+        if resolve_e_range(c.pop("e_range", DEFAULT_E_RANGE), cfg.L) == (lo, hi) and c == main_cfg:
             raise ValueError(f"variants.e_range.ranges has {run.overrides['e_range']!r}, U[{lo}, {hi}] at L={cfg.L}, "
                              f"the e_range {main_range!r} of the main grid's run {mains[0].config}: leave it out: "
                              "Table 7 compares against the main grid's run")
 
 
-def main_e_range(cfg: StudyConfig, repo_root: Optional[Path] = None) -> Any:
+def main_e_range(cfg: StudyConfig, repo_root: Optional[Path] = None,
+                 records: Optional[Dict[str, Dict[str, Any]]] = None) -> Any:
     """The ``e ~ U[lo, hi]`` range (as written) of the main grid's runs of Table 7's method
-    (``variants.e_range.method``), as the runner writes their recipe config: the recipe config's own ``e_range``,
-    then ``recipe_overrides``, ``finetune.overrides`` and the method's ``overrides`` (the windows' default where none
-    sets it); None without an ``e_range`` variant or a main-grid run of its method. Table 7's claim and bars compare
-    each range against it (``finetune.overrides`` alone named [1, L/2] for a main grid that trained another)."""
+    (``variants.e_range.method``): as one of them trained it, the recipe config its record's spec holds (``records``:
+    run key -> result.json, read wherever the report is built), else as the runner writes their recipe config: the
+    recipe config's own ``e_range``, then ``recipe_overrides``, ``finetune.overrides`` and the method's
+    ``overrides`` (the windows' default where none sets it); None without an ``e_range`` variant or a main-grid run
+    of its method. Table 7's claim and bars compare each range against it (``finetune.overrides`` alone named
+    [1, L/2] for a main grid that trained another)."""
     v = cfg.variants.e_range
     mains = (cfg.runs_of(v.method, v.alpha) or [r for r in cfg.main_grid if r.method == v.method]) if v else []
     if not mains:
         return None
+    for run in mains:
+        trained = (((records or {}).get(run.key) or {}).get("spec") or {}).get("recipe_config")
+        if isinstance(trained, dict):
+            return trained.get("e_range", DEFAULT_E_RANGE)
     plan = RunConfigs(cfg, Path(repo_root or Path.cwd()).resolve(), Path("/nonexistent/study-main-range"))
     return plan.recipe_config(mains[0].key, mains[0]).get("e_range", DEFAULT_E_RANGE)
 
