@@ -34,7 +34,8 @@ import torch
 
 from torchtune_longshort.devices import is_out_of_memory
 from torchtune_longshort.models.families import ModelFamily, family_of
-from torchtune_longshort.models.hf_config_checks import check_prebuild, check_max_position_embeddings, check_rope_base
+from torchtune_longshort.models.hf_config_checks import (check_max_position_embeddings, check_model_type,
+                                                         check_prebuild, check_rope_base)
 from torchtune_longshort.models.peft_adapter import adapter_folder_hint
 from torchtune_longshort.models.hf_rope import (
     ROPE_SIDE_FILE,
@@ -83,7 +84,7 @@ def read_hf_config(checkpoint_dir: PathLike, field: str = "checkpoint_dir") -> D
                 if adapter else "")
         raise FileNotFoundError(f"{field}={str(checkpoint_dir)!r} has no config.json: {expected}.{hint}")
     try:
-        return json.loads(path.read_text())
+        return check_model_type(json.loads(path.read_text()), path)  # a JSON object, model_type a string
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON ({e}): copy or convert the checkpoint again") from None
 

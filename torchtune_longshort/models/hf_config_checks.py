@@ -1,9 +1,8 @@
 """The value checks of a checkpoint folder's ``config.json`` that run when the folder is opened
 (:meth:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder.open`): a head that is no causal LM, a RoPE base
 that is no number > 1, a ``max_position_embeddings`` that is no count of positions, an ``rms_norm_eps`` that is no
-number, a null ``num_key_value_heads`` where the family's transformers config class refuses one. Each refuses naming
-the file
-(``where``) and the key, instead of a failure deep in torchtune's conversion or an evaluation that scores nothing."""
+number, a null ``num_key_value_heads`` where the family's transformers config class refuses one, a file that is no
+JSON object or whose model_type is no string. Each refuses naming the file (``where``) and the key, instead of a failure deep in torchtune's conversion or an evaluation that scores nothing."""
 
 from __future__ import annotations
 
@@ -91,6 +90,20 @@ def check_kv_heads(config: Dict[str, Any], where: Path) -> None:
         raise ValueError(f"{where}: num_key_value_heads=null is not a head count ({CONFIG_MAPPING[mt].__name__} "
                          "refuses it): set the model's key/value heads (num_attention_heads without grouped-query "
                          "attention), or put back the config.json written with these weights") from None
+
+
+def check_model_type(config: Any, where: Path) -> Dict[str, Any]:
+    """``config`` itself where it is a JSON object whose ``model_type`` (if any) is a string; refused else, naming
+    the file: a list at the top (transformers: "Unrecognized model") or ``model_type: ["llama"]`` (transformers'
+    lookup: "unhashable type") raised a traceback far from the file."""
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: holds a JSON {type(config).__name__}, not an object of the model's settings "
+                         "({\"model_type\": ...}): put back the config.json written with these weights")
+    mt = config.get("model_type")
+    if mt is not None and not isinstance(mt, str):
+        raise ValueError(f"{where}: model_type={mt!r} is not a model type name (a string: \"llama\", \"qwen2\"): "
+                         "put back the config.json written with these weights")
+    return config
 
 
 def check_prebuild(config: Dict[str, Any], where: Path) -> None:
