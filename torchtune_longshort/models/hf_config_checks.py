@@ -1,8 +1,10 @@
 """The value checks of a checkpoint folder's ``config.json`` that run when the folder is opened
 (:meth:`~torchtune_longshort.models.hf_checkpoint.CheckpointFolder.open`): a head that is no causal LM, a RoPE base
 that is no number > 1, a ``max_position_embeddings`` that is no count of positions, an ``rms_norm_eps`` that is no
-number, a null ``num_key_value_heads`` where the family's transformers config class refuses one, a file that is no
-JSON object or whose model_type is no string. Each refuses naming the file (``where``) and the key, instead of a failure deep in torchtune's conversion or an evaluation that scores nothing."""
+number, a count or flag of a type the folder's transformers config class refuses (``hidden_size: 8.5``, a null
+``num_key_value_heads`` where the class refuses one) or below 1, a file that is no JSON object or whose model_type is no
+string. Each refuses naming the file (``where``) and the key, instead of a failure deep in torchtune's conversion or
+an evaluation that scores nothing."""
 
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ def check_rope_base(config: Dict[str, Any], where: Path) -> None:
 def check_max_position_embeddings(config: Dict[str, Any], where: Path) -> None:
     """A ``max_position_embeddings`` that is no count of positions is refused when the folder is opened: it was
     refused as the eval model's own argument ("max_seq_len=0 must be an int >= 1"), and Infinity / NaN (json reads
-    both) raised int()'s OverflowError / ValueError, naming no file. 4096.0 is a count too. An explicit null is no
+    both) raised int()'s OverflowError / ValueError, naming no file. 4096.0 is a count here (the folder's config
+    class refuses it first where it does: :func:`check_field_types`). An explicit null is no
     count either (transformers' config class refuses it: "expected int, got NoneType"); it raised int()'s TypeError
     as a traceback. A missing key is no refusal: transformers' default for the family applies."""
     if "max_position_embeddings" not in config:
@@ -68,28 +71,61 @@ def check_rms_norm_eps(config: Dict[str, Any], where: Path) -> None:
                          "1e-06 for Qwen2): put back the config.json written with these weights")
 
 
-def check_kv_heads(config: Dict[str, Any], where: Path) -> None:
-    """An explicit ``"num_key_value_heads": null`` is refused where the folder's transformers config class refuses it
-    (MistralConfig, GemmaConfig: "expected int, got NoneType"), asked of that class's own field type with the
-    validator its strict dataclass runs (huggingface_hub's ``type_validator``); it was read as
-    ``num_attention_heads``, a model transformers would not load. Where the class takes a null (LlamaConfig,
-    Qwen2Config, Phi3Config: ``num_attention_heads``), or transformers does not know the model_type, it is no
-    refusal."""
-    if "num_key_value_heads" not in config or config["num_key_value_heads"] is not None:
-        return
+# The counts and the flag the families' builders read from config.json, each checked by the field type of the
+# folder's own transformers config class (its strict dataclass's huggingface_hub ``type_validator``).
+TYPED_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings")
+
+
+def _class_refusal(config: Dict[str, Any], key: str) -> str:
+    """What the transformers config class of ``config``'s model_type says of ``config[key]`` ("" where it takes it,
+    has no such field, or transformers does not know the model_type)."""
     from huggingface_hub.dataclasses import type_validator
-    from transformers import CONFIG_MAPPING  # only for a folder that writes the null
+    from transformers import CONFIG_MAPPING  # only for a folder with a value that is no plain int / bool
 
     mt = config.get("model_type")
-    field = getattr(CONFIG_MAPPING[mt], "__dataclass_fields__", {}).get("num_key_value_heads") \
-        if mt in CONFIG_MAPPING else None
+    cls = CONFIG_MAPPING[mt] if isinstance(mt, str) and mt in CONFIG_MAPPING else None
+    if cls is None:
+        return ""
+    field = getattr(cls, "__dataclass_fields__", {}).get(key)
+    # a key the class reads without a field of its own (Qwen2Config's, Phi3Config's head_dim): a count or null
+    kind = field.type if field is not None else bool if key == "tie_word_embeddings" else int | None
     try:
-        if field is not None:
-            type_validator("num_key_value_heads", None, field.type)
+        type_validator(key, config[key], kind)
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: num_key_value_heads=null is not a head count ({CONFIG_MAPPING[mt].__name__} "
-                         "refuses it): set the model's key/value heads (num_attention_heads without grouped-query "
-                         "attention), or put back the config.json written with these weights") from None
+        expected = getattr(kind, "__name__", str(kind))  # int, or a union: "int | None"
+        who = f"{cls.__name__} refuses it" if field is not None else f"{cls.__name__}'s model reads it"
+        return f"{who}: expected {expected}, got {type(config[key]).__name__}"
+    return ""
+
+
+def check_field_types(config: Dict[str, Any], where: Path) -> None:
+    """Each of :data:`TYPED_KEYS` that ``config.json`` writes is refused where the folder's transformers config class
+    refuses its value (``hidden_size: 8.5``, ``num_attention_heads: "9"``, ``vocab_size: null``,
+    ``tie_word_embeddings: "false"``, ``max_position_embeddings: 1e9``: "expected int, got float"), asked of that
+    class's own field type; the builders' int() / bool() had read 8.5 as 8 and "false" as true, or raised a traceback.
+    An explicit ``num_key_value_heads: null`` is refused where the class refuses one (MistralConfig, GemmaConfig);
+    LlamaConfig, Qwen2Config and Phi3Config read it as ``num_attention_heads``. A count below 1
+    (``intermediate_size: -1``), which the class takes but no model builds, is refused too. A missing key, or a
+    model_type transformers does not know, is no refusal."""
+    for key in (k for k in TYPED_KEYS if k in config):
+        value = config[key]
+        plain = type(value) is (bool if key == "tie_word_embeddings" else int)
+        why = "" if plain else _class_refusal(config, key)
+        shown = "null" if value is None else repr(value)
+        if why and key == "num_key_value_heads" and value is None:
+            raise ValueError(f"{where}: num_key_value_heads=null is not a head count ({why}): set the model's "
+                             "key/value heads (num_attention_heads without grouped-query attention), or put back "
+                             "the config.json written with these weights")
+        if why:
+            what = {"tie_word_embeddings": "true or false (json's false, not a string)",
+                    "max_position_embeddings": "a count of positions (an integer >= 1: 4096 for Llama-2)"}.get(
+                key, "an integer")
+            raise ValueError(f"{where}: {key}={shown} is not {what} ({why}): put back the config.json written "
+                             "with these weights")
+        if plain and key != "tie_word_embeddings" and value < 1:
+            raise ValueError(f"{where}: {key}={value} is not a count (an integer >= 1): no model has it; put back "
+                             "the config.json written with these weights")
 
 
 def check_model_type(config: Any, where: Path) -> Dict[str, Any]:
@@ -109,7 +145,7 @@ def check_model_type(config: Any, where: Path) -> Dict[str, Any]:
 def check_prebuild(config: Dict[str, Any], where: Path) -> None:
     """The checks asked before the folder's family is read (:func:`~.families.family_of` may build the model on the
     meta device, which reads the norm epsilon and the key/value heads): :func:`check_causal_lm`,
-    :func:`check_rms_norm_eps`, :func:`check_kv_heads`."""
+    :func:`check_rms_norm_eps`, :func:`check_field_types`."""
     check_causal_lm(config, where)
     check_rms_norm_eps(config, where)
-    check_kv_heads(config, where)
+    check_field_types(config, where)
