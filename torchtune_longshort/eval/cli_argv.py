@@ -12,6 +12,7 @@ import os
 from argparse import _SubParsersAction
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from torchtune_longshort.eval.model_args_argv import model_args_values_mapped
 from torchtune_longshort.started_as import EVAL_MAIN, command_name
 
 
@@ -240,38 +241,18 @@ MODEL_PATH_KEYS = ("pretrained", "checkpoint_dir", "tokenizer", "peft", "delta")
 
 def home_expanded(args: Sequence[str]) -> List[str]:
     """``args`` (long option names) with a leading ``~`` of each :data:`PATH_OPTIONS` value, and of each
-    :data:`MODEL_PATH_KEYS` item of ``--model_args``, expanded, as a shell expands ``--output_path ~/ev``."""
-    out, in_model_args = list(args), False
+    :data:`MODEL_PATH_KEYS` value of ``--model_args`` (read as lm-eval reads them: JSON or ``key=value`` items,
+    :func:`~torchtune_longshort.eval.model_args_argv.model_args_values_mapped`), expanded, as a shell expands
+    ``--output_path ~/ev``; a local folder's trailing ``/`` is cut from ``pretrained``
+    (:func:`_without_trailing_slash`)."""
+    out = list(args)
     for i, a in enumerate(out):
         name, eq, value = a.partition("=")
         if name in PATH_OPTIONS and eq:
             out[i] = f"{name}={os.path.expanduser(value)}"
         elif a in PATH_OPTIONS and i + 1 < len(out):
             out[i + 1] = os.path.expanduser(out[i + 1])
-        elif name == "--model_args" and eq:
-            out[i] = f"{name}={_model_args_expanded(value)}"
-        elif in_model_args and not a.startswith("-"):  # `--model_args a=1 b=2`: lm-eval merges the items
-            out[i] = _model_args_expanded(a)
-            continue
-        in_model_args = a == "--model_args"
-    return out
-
-
-def _model_args_expanded(value: str) -> str:
-    """``key=value,...`` (or lm-eval's JSON spelling, ``{"pretrained": "~/runs 1,2/step_2"}``, which a path with a
-    comma needs) with a leading ``~`` of each :data:`MODEL_PATH_KEYS` value expanded, and a local folder's trailing
-    ``/`` cut from ``pretrained=`` (:func:`_without_trailing_slash`)."""
-    if value.lstrip().startswith("{"):
-        try:
-            given = json.loads(value)
-        except ValueError:
-            return value  # refused as it is, naming --model_args (check_option_values)
-        if not isinstance(given, dict):
-            return value
-        paths = {k: _model_path(k, v) for k, v in given.items() if isinstance(v, str)}
-        return json.dumps({**given, **paths}) if any(paths[k] != given[k] for k in paths) else value
-    items = [item.partition("=") for item in value.split(",")]
-    return ",".join(k + eq + _model_path(k.strip(), v) for k, eq, v in items)
+    return model_args_values_mapped(out, _model_path)
 
 
 def _model_path(key: str, value: str) -> str:

@@ -12,7 +12,7 @@ keyword argument 'device'").
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def model_args_spans(out: List[str]) -> List[int]:
@@ -85,6 +85,27 @@ def _edited(value: str, edit_json, edit_items) -> str:
     if parsed is not None:
         return json.dumps(edit_json(parsed))
     return ",".join(edit_items(_pieces(value)))
+
+
+def model_args_values_mapped(out: List[str], fn: Callable[[str, str], str]) -> List[str]:
+    """``out`` with ``fn(key, value)`` in place of each string value of its ``--model_args`` (a JSON string, or a
+    ``key=value`` item's value as typed, its items split where lm-eval splits them), each token in the spelling it was
+    given in; a token whose values ``fn`` all leaves alike stays as typed."""
+    out = list(out)
+    for k in model_args_spans(out):
+        head, value = _split(out[k])
+        changed: List[bool] = []
+
+        def mapped(key: str, text: str) -> str:
+            given = fn(key, text)
+            changed.append(given != text)
+            return given
+
+        new = _edited(value, lambda d: {n: mapped(n, v) if isinstance(v, str) else v for n, v in d.items()},
+                      lambda items: [n + eq + (mapped(n.strip(), v) if eq else v) for n, eq, v in
+                                     (i.partition("=") for i in items)])
+        out[k] = head + new if any(changed) else out[k]
+    return out
 
 
 def without_model_args_key(out: List[str], key: str) -> List[str]:
