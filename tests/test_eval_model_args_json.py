@@ -37,15 +37,23 @@ def test_json_model_args_device_and_batch_size_reach_lm_eval_once_as_its_options
 
 
 @pytest.mark.parametrize("model", ["hf", "longshort"])
-def test_json_model_args_device_this_machine_lacks_is_refused_as_the_k_v_spelling(model, monkeypatch):
+def test_json_model_args_device_this_machine_lacks_is_refused_with_the_fix_in_the_spelling_given(model, monkeypatch):
+    from lm_eval._cli.utils import key_val_to_dict
+
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     said = {}
     for spelling, value in (("json", json.dumps({"pretrained": "x", "device": "cuda:3"})),
                             ("k=v", "pretrained=x,device=cuda:3")):
         with pytest.raises(ValueError) as e:
             lm_eval_argv(["run", "--model", model, "--tasks", "longshort_ppl", "--model_args", value])
-        said[spelling] = str(e.value)
-    assert said["json"] == said["k=v"] and said["json"].startswith("--model_args device='cuda:3': CUDA is not")
+        said[spelling] = str(e.value).partition("; pass ")
+    assert said["json"][0] == said["k=v"][0] and said["json"][0].startswith("--model_args device='cuda:3': CUDA is not")
+    # the fix as the user spelled --model_args: a JSON member there ('"device": "cpu"' was '--model_args device=cpu')
+    member = said["json"][2].partition(" in --model_args's JSON")[0]
+    assert json.loads("{" + member + "}") == {"device": "cpu"}
+    assert key_val_to_dict(said["k=v"][2].partition(",")[0].removeprefix("--model_args ")) == {"device": "cpu"}
+    lm_eval_argv(["run", "--model", model, "--tasks", "longshort_ppl", "--model_args",
+                  json.dumps({"pretrained": "x", **json.loads("{" + member + "}")})])  # the fix, applied, is taken
 
 
 @pytest.mark.parametrize("key,flag", [("device", "cpu"), ("batch_size", "4")])

@@ -21,7 +21,7 @@ from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, che
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options, device_given_as
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
-from torchtune_longshort.eval.model_args_argv import (model_args_value, renamed_model_args_key,
+from torchtune_longshort.eval.model_args_argv import (json_fix, model_args_value, renamed_model_args_key,
                                                      without_model_args_key)
 from torchtune_longshort.eval.model.args import batch_sizes, check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import (lacks_template, no_template_message, select_template, template_name,
@@ -125,7 +125,8 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
         in_args, config = model_args_value(typed, "device"), option(out, "--config")
         if in_args is None and option(typed, "--device") is None and config is not None:
             require_device(device, *device_given_as(config))  # the YAML's
-        require_device(device, "--device" if in_args is None else "--model_args device")
+        require_device(device, "--device" if in_args is None else "--model_args device",
+                       json_fix(typed, "device", "cpu"))  # "device": "cpu" when --model_args gave it as JSON
     out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
     if model != "longshort":
         _refuse_unrepresentable(out, model or "hf")

@@ -79,6 +79,21 @@ def model_args_value(out: List[str], key: str) -> Optional[str]:
     return found
 
 
+def json_fix(out: List[str], key: str, value: str) -> Optional[str]:
+    """The fix that sets ``key`` to ``value`` in the spelling the user gave it in, when the last ``--model_args``
+    token giving ``key`` is JSON (``"device": "cpu" in --model_args's JSON``); None otherwise (``key=value`` items,
+    whose ``--model_args key=value`` fix the caller words, or ``key`` not given)."""
+    last: Optional[bool] = None
+    for k in model_args_spans(out):
+        text = _split(out[k])[1]
+        parsed = _as_json(text)
+        if parsed is not None and key in parsed:
+            last = True
+        elif parsed is None and any(n.strip() == key for n, _ in _items(text)):
+            last = False
+    return f"{json.dumps({key: value})[1:-1]} in --model_args's JSON" if last else None
+
+
 def _edited(value: str, edit_json, edit_items) -> str:
     """``value`` (one ``--model_args`` token) edited in its own spelling: a JSON object written back as JSON."""
     parsed = _as_json(value)
