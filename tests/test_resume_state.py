@@ -147,3 +147,37 @@ def test_a_resume_of_a_state_saved_with_the_earlier_position_draw_says_its_posit
     assert earlier_position_draw(old, sampler, 1) is None  # one sample: drawn alike
     assert earlier_position_draw(old, None, 2) is None  # no sampler
     assert earlier_position_draw({**old, "position_generator": None}, sampler, 2) is None  # saved without one
+
+
+@pytest.mark.parametrize("warmup, saved_steps, differs", [
+    (0, 2, True),   # cosine from step 1: step 2's lr is the 2-step schedule's end, not the 4-step one's middle
+    (3, 2, False),  # steps 1-2 inside a 3-step warmup: the same lrs under either length, the losses unchanged
+])
+def test_a_max_steps_change_says_the_steps_made_were_on_the_old_schedule_where_their_lrs_differ(
+        warmup, saved_steps, differs):
+    """``max_steps=2`` then ``resume=True max_steps=4``: steps 1-2 trained on the 2-step cosine, so the losses are
+    not an uninterrupted 4-step run's; said only where torchtune's own schedule gives those steps other lrs."""
+    from torchtune_longshort.training.resume import apply_resume_changes, restore_optimizer
+
+    old_opt, old_sched = _optimizer_and_schedule(max_steps=2, warmup=warmup, steps=saved_steps)
+    lrs_old, lrs_new = [], []
+    for lrs, kw in ((lrs_old, dict(max_steps=2)), (lrs_new, dict(max_steps=4))):
+        for k in range(saved_steps):
+            lrs.append(_optimizer_and_schedule(warmup=warmup, steps=k, **kw)[0].param_groups[0]["lr"])
+    assert (lrs_old != lrs_new) == differs  # the reference: torchtune's schedule at each step made
+    state = {"optimizer": old_opt.state_dict(), "lr_scheduler": old_sched.state_dict()}
+
+    def schedule_at(max_steps):
+        return _optimizer_and_schedule(max_steps=max_steps, lr=1.0, warmup=warmup)
+
+    said = {}
+    for name, sched_at in (("schedule", schedule_at), ("lr_scheduler=null", None)):
+        opt, sched = _optimizer_and_schedule(max_steps=4, warmup=warmup)
+        restore_optimizer(state, None, opt, sched, distributed=False, device="cpu")
+        lines = []
+        apply_resume_changes([("max_steps", 2, 4)], opt, sched if sched_at else None, lines.append, sched_at)
+        said[name] = lines
+    assert said["lr_scheduler=null"] == ["resume: max_steps changed 2 -> 4 (applied)"]
+    assert said["schedule"] == ["resume: max_steps changed 2 -> 4 (applied" + (
+        ": steps 1-2 were made on the 2-step schedule, steps 3-4 follow the 4-step one; the losses are not an "
+        "uninterrupted 4-step run's" if differs else "") + ")"]

@@ -316,8 +316,16 @@ class RecipeSetup:
     def _setup_lr_scheduler(self):
         if self.config.lr_scheduler is None:
             return None
-        return config.instantiate(self.config.lr_scheduler.node(), self._optimizer, num_training_steps=self.max_steps,
+        return self._lr_scheduler_of(self._optimizer, self.max_steps)
+
+    def _lr_scheduler_of(self, optimizer, max_steps: int):
+        return config.instantiate(self.config.lr_scheduler.node(), optimizer, num_training_steps=max_steps,
                                   last_epoch=-1)
+
+    def _schedule_at(self, max_steps: int):
+        """The config's lr schedule for ``max_steps`` on a stand-in optimizer at lr 1: its factors, step by step."""
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        return optimizer, self._lr_scheduler_of(optimizer, max_steps)
 
     def _restore_optimizer(self, recipe_state: Dict[str, Any]) -> None:
         """Optimizer and LR schedule from the recipe state, then the changes a resumed run means."""
@@ -325,7 +333,8 @@ class RecipeSetup:
             recipe_state, self._model, self._optimizer, self._lr_scheduler, self._distributed, self._device
         )
         apply_resume_changes(
-            self._resume_changes, self._optimizer, self._lr_scheduler, lambda msg: utils.log_rank_zero(log, msg)
+            self._resume_changes, self._optimizer, self._lr_scheduler, lambda msg: utils.log_rank_zero(log, msg),
+            None if self._lr_scheduler is None else self._schedule_at,
         )
 
     @property

@@ -205,11 +205,14 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec:
 
 
 def apply_resume_changes(changes: List[Tuple[str, Any, Any]], optimizer, lr_scheduler,
-                         log: Callable[[str], None]) -> None:
+                         log: Callable[[str], None], schedule_at: Optional[Callable[[int], Tuple[Any, Any]]] = None
+                         ) -> None:
     """Apply (and ``log``) what a resumed run changes on purpose, after the saved optimizer state is loaded: its
     param groups would otherwise keep the old values (an lr lowered after a NaN would silently not apply). An
     optimizer argument the new config leaves out takes the optimizer's own default. Then the groups' lr is the
-    (new) schedule's at the resumed step (:func:`scheduled_lr`)."""
+    (new) schedule's at the resumed step (:func:`scheduled_lr`). ``schedule_at(max_steps)``: the run's
+    ``(optimizer, lr_scheduler)`` built for ``max_steps`` on a stand-in optimizer, which says whether a ``max_steps``
+    change leaves the steps made on another schedule (:func:`_schedule_note`)."""
     for key, old, new in changes:
         if key.startswith("optimizer.") and key != "optimizer._component_":
             name = key.split(".", 1)[1]
@@ -222,8 +225,36 @@ def apply_resume_changes(changes: List[Tuple[str, Any, Any]], optimizer, lr_sche
                         group["initial_lr"] = new
             if name == "lr" and lr_scheduler is not None:
                 lr_scheduler.base_lrs = [new for _ in lr_scheduler.base_lrs]
-        log(f"resume: {key} changed {old!r} -> {new!r} (applied)")
+        made = 0 if lr_scheduler is None or key != "max_steps" else lr_scheduler.last_epoch
+        log(f"resume: {key} changed {old!r} -> {new!r} (applied{_schedule_note(old, new, made, schedule_at)})")
     scheduled_lr(optimizer, lr_scheduler)
+
+
+def _schedule_note(old: Any, new: Any, made: int, schedule_at: Optional[Callable[[int], Tuple[Any, Any]]]) -> str:
+    """What a ``max_steps`` change from ``old`` to ``new``, resumed after ``made`` steps, means for the losses where
+    the lr schedule depends on it: the steps made trained on the ``old``-step schedule and the rest follow the
+    ``new``-step one (:func:`scheduled_lr`), so the losses are not an uninterrupted ``new``-step run's (exact losses
+    are promised for an unchanged config only). "" without a schedule, when the steps made had the same lrs under
+    both (a warmup not over yet), or when no step is left."""
+    if schedule_at is None or not (isinstance(old, int) and isinstance(new, int) and 0 < made < new):
+        return ""
+    if _first_lrs(*schedule_at(old), made) == _first_lrs(*schedule_at(new), made):
+        return ""
+    done = "step 1 was" if made == 1 else f"steps 1-{made} were"
+    rest = f"step {new} follows" if made + 1 == new else f"steps {made + 1}-{new} follow"
+    return (f": {done} made on the {old}-step schedule, {rest} the {new}-step one; the losses are not an "
+            f"uninterrupted {new}-step run's")
+
+
+def _first_lrs(optimizer, lr_scheduler, steps: int) -> List[List[float]]:
+    """The lrs of ``optimizer``'s groups at each of its first ``steps`` steps, the scheduler stepped as the recipe
+    steps it (once per optimizer step)."""
+    out = []
+    for _ in range(steps):
+        out.append([group["lr"] for group in optimizer.param_groups])
+        optimizer.step()
+        lr_scheduler.step()
+    return out
 
 
 def _default_argument(optimizer, name: str) -> Any:
