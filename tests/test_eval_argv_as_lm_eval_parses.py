@@ -66,7 +66,7 @@ def test_a_device_in_abbreviated_model_args_is_named_as_model_args(spelling, mon
                                                                     for s in spelling]
     assert _parse(argv).model_args["device"] == "cuda:3"  # lm-eval reads it in --model_args
     named = []
-    monkeypatch.setattr(cli_run, "require_device", lambda device, given_as: named.append((device, given_as)))
+    monkeypatch.setattr(cli_run, "require_device", lambda device, given_as, fix=None: named.append((device, given_as)))
     monkeypatch.setattr(cli_run, "_refuse_unrepresentable", lambda out, model: None)
     lm_eval_argv(argv)
     assert named == [("cuda:3", "--model_args device")]

@@ -103,6 +103,17 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
     check_output_path_apart(out, lambda key: model_args_value(out, key), model == "longshort")
     check_verbosity(option(out, "--verbosity"))
     _check_integrity_runnable(out)
+    out = _model_options(out, args, model)
+    out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
+    if model != "longshort":
+        _refuse_unrepresentable(out, model or "hf")
+        return out
+    return renamed_model_args_key(out, "checkpoint_dir", "pretrained")
+
+
+def _model_options(out: List[str], args: Sequence[str], model: Optional[str]) -> List[str]:
+    """``out`` with ``batch_size``, ``max_batch_size`` and ``device`` of ``--model_args`` moved to lm-eval's options
+    (given both ways: refused), and the device checked on this machine (:func:`lm_eval_argv`); ``args`` as typed."""
     # lm-eval 0.4.13 passes its own --device (default cuda:0), --batch_size (default 1) and --max_batch_size to the
     # model whatever the command line says: one of them in --model_args too reached the model twice (TypeError), for
     # hf too; it goes as the option instead, and given both ways it is refused
@@ -127,11 +138,8 @@ def lm_eval_argv(args: Sequence[str]) -> List[str]:
             require_device(device, *device_given_as(config))  # the YAML's
         require_device(device, "--device" if in_args is None else "--model_args device",
                        json_fix(typed, "device", "cpu"))  # "device": "cpu" when --model_args gave it as JSON
-    out += ["--metadata", json.dumps({MODEL_KEY: model or "hf"})]
-    if model != "longshort":
-        _refuse_unrepresentable(out, model or "hf")
-        return out
-    return renamed_model_args_key(out, "checkpoint_dir", "pretrained")
+    return out
+
 
 
 def _check_model_batch_size(value: Optional[str], given_as: str, model: Optional[str]) -> None:
