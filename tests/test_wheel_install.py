@@ -161,8 +161,8 @@ def test_a_wheel_built_again_in_the_same_folder_ships_no_file_an_earlier_build_l
     for rel in stale:  # what an earlier build of a tree that still held them left in build/lib
         (src / "build/lib" / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / "build/lib" / rel).write_text("task: longshort_zz_gone\n" if rel.endswith(".yaml") else "X = 1\n")
-    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
-                    "--no-build-isolation", "--no-index", "-q", "-w", str(tmp_path / "dist"), str(src)],
+    # setuptools' bdist_wheel, which pip's build backend runs in the same folder, without pip's start (~half the time)
+    subprocess.run([sys.executable, "setup.py", "-q", "bdist_wheel", "--dist-dir", str(tmp_path / "dist")], cwd=src,
                    check=True, capture_output=True, text=True, env={**os.environ, "LONGSHORT_TEST_FRESH": "1"})
     names = set(zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))).namelist())
     assert not [rel for rel in stale if rel in names], sorted(n for n in names if "zz" in n)
