@@ -29,8 +29,8 @@ def test_the_rule():
     assert require_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match=rf"device='{ABSENT}': {WHY}.*; pass device=cpu, or run where that device"):
         require_device(ABSENT)
-    with pytest.raises(ValueError, match=r"--device='gpu': not a device name \(accepted: cpu, cuda, cuda:N, mps or mps:N\); "
-                                         r"pass --device cpu"):
+    with pytest.raises(ValueError, match=r"--device='gpu': not a device name "
+                                         r"\(accepted: cpu, cuda, cuda:N, mps or mps:N\); pass --device cpu"):
         require_device("gpu", "--device")
 
 

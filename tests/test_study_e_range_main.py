@@ -39,7 +39,8 @@ def test_a_range_that_is_the_main_grids_own_is_refused(tmp_path, main):
         if resolve_e_range(r, L) == own:
             with pytest.raises(StudyConfigError, match=re.escape(
                     f"variants.e_range.ranges has {r!r}, U[{own[0]}, {own[1]}] at L={L}, the e_range ")
-                    + r".* of the main grid's run pi_a0\.1: leave it out: Table 7 compares against the main grid's run$"):
+                    + r".* of the main grid's run pi_a0\.1: leave it out: "
+                    + r"Table 7 compares against the main grid's run$"):
                 load_study_config(path, repo_root=ROOT)
         else:
             load_study_config(path, repo_root=ROOT)

@@ -211,7 +211,8 @@ def canonical_options(args: Sequence[str]) -> List[str]:
     alias (``-M longshort``, ``-Mlongshort``) and a unique abbreviation (``--output``; lm-eval allows them) become
     ``--model`` / ``--output_path``, so that this wrapper's checks see what lm-eval will run (``-M longshort`` was
     evaluated by the longshort model and refused as ``hf`` by the tasks that need it). Values are left alone. The
-    options of ``ls`` and ``validate`` are theirs (``validate --include DIR``: the pack's folder was put in its place)."""
+    options of ``ls`` and ``validate`` are theirs (``validate --include DIR``: the pack's folder was put in its
+    place)."""
     names = _run_options(args[0] if args and args[0] in ("ls", "validate") else "run")
     longs = sorted({long for long, _ in names.values() if long.startswith("--")})
     out: List[str] = []
