@@ -219,7 +219,8 @@ def test_eval_lm_eval_and_report_from_the_wheel(wheel, main_job):
     assert a == pytest.approx(b, rel=1e-4), (a, b)
     _ok(wheel.run(["longshort-eval-report", "res/hf", "res/ours", "--labels", "hf,ours", "--out", "report"]), "report")
     md = (wheel.work / "report" / "report.md").read_text()
-    assert f"| `ours` | res/ours | longshort | {step} | float32 | cpu | all |" in md, md[:2000]
+    # ours by the folder longshort-eval resolved and recorded (found from any folder); stock lm-eval's as typed
+    assert f"| `ours` | res/ours | longshort | {(wheel.work / step).resolve()} | float32 | cpu | all |" in md, md[:2000]
     assert "| `hf` | res/hf | hf |" in md and "| float32 | cpu | all |" in md
     assert "longshort_misalignment" in md and "needs --model longshort" in md
 
