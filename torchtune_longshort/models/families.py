@@ -32,7 +32,8 @@ Llama-3.2-Vision, Qwen2-VL, T5, CLIP and reward heads (not RoPE decoders of text
 
 Each builder is torchtune's own component builder with the dimensions read from ``config.json``
 (:mod:`~torchtune_longshort.models.family_builders`); the conversions are torchtune's own ``convert_weights``
-functions, the ones its ``FullModelHFCheckpointer`` dispatches on ``model_type``.
+functions, the ones its ``FullModelHFCheckpointer`` dispatches on ``model_type``
+(:mod:`~torchtune_longshort.models.family_conversions`).
 
 A family of one's own (another ``model_type``, a builder and conversions of one's own) is a :class:`ModelFamily` in
 one's own module, named by its dotted path (``model.family: my_families.MYMODEL``) wherever a family name goes: the
@@ -54,7 +55,10 @@ from torch import nn
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.models.family_builders import (
     Config, UnsupportedModelError, build_gemma, build_llama, build_mistral, build_phi3, build_qwen2, check_nf4_shapes,
-    kv_heads,
+)
+from torchtune_longshort.models.family_conversions import (
+    StateDict, hf_to_tune_default, hf_to_tune_phi3, hf_to_tune_qwen2, tune_to_hf_default, tune_to_hf_phi3,
+    tune_to_hf_qwen2,
 )
 from torchtune_longshort.models.scratch_config import llama_config
 from torchtune_longshort.rope import ROPE_METHODS
@@ -63,55 +67,6 @@ from torchtune_longshort.rope.checkpoint_code import check_checkpoint_path, ship
 from torchtune_longshort.rope.registry import DottedInstances, is_dotted_path
 
 logger = logging.getLogger(__name__)
-
-StateDict = Dict[str, torch.Tensor]
-
-
-# ------------------------------------------------------------------------------------------ conversions
-def _heads(config: Config) -> Dict[str, Any]:
-    return dict(num_heads=int(config["num_attention_heads"]), num_kv_heads=kv_heads(config),
-                dim=int(config["hidden_size"]), head_dim=config.get("head_dim"))
-
-
-def _default_hf_to_tune(sd: StateDict, config: Config) -> StateDict:
-    from torchtune.models.convert_weights import hf_to_tune
-
-    sd = {k: v for k, v in sd.items() if "rotary_emb.inv_freq" not in k}
-    out = hf_to_tune(sd, **_heads(config))
-    if config.get("tie_word_embeddings"):
-        out.pop("output.weight", None)  # a tied folder may still store lm_head (a copy of the embeddings)
-    return out
-
-
-def _default_tune_to_hf(sd: StateDict, config: Config) -> StateDict:
-    from torchtune.models.convert_weights import tune_to_hf
-
-    return tune_to_hf(sd, **_heads(config))
-
-
-def _qwen2_hf_to_tune(sd: StateDict, config: Config) -> StateDict:
-    from torchtune.models.qwen2._convert_weights import qwen2_hf_to_tune
-
-    return qwen2_hf_to_tune(sd, **_heads(config), tie_word_embeddings=bool(config.get("tie_word_embeddings")))
-
-
-def _qwen2_tune_to_hf(sd: StateDict, config: Config) -> StateDict:
-    from torchtune.models.qwen2._convert_weights import qwen2_tune_to_hf
-
-    return qwen2_tune_to_hf(sd, **_heads(config), tie_word_embeddings=bool(config.get("tie_word_embeddings")))
-
-
-def _phi3_hf_to_tune(sd: StateDict, config: Config) -> StateDict:
-    from torchtune.models.phi3._convert_weights import phi3_hf_to_tune
-
-    h = _heads(config)
-    return phi3_hf_to_tune(sd, num_heads=h["num_heads"], num_kv_heads=h["num_kv_heads"], dim=h["dim"])
-
-
-def _phi3_tune_to_hf(sd: StateDict, config: Config) -> StateDict:
-    from torchtune.models.phi3._convert_weights import phi3_tune_to_hf
-
-    return phi3_tune_to_hf(sd)
 
 
 # ------------------------------------------------------------------------------------------ the table
@@ -134,8 +89,8 @@ class ModelFamily:
     torchtune_model_types: Tuple[str, ...]  # checkpointer model_type values that convert this family correctly
     architecture: str
     build: Callable[[Config, int, Optional[Dict[str, Any]]], nn.Module]
-    hf_to_tune: Callable[[StateDict, Config], StateDict] = _default_hf_to_tune
-    tune_to_hf: Callable[[StateDict, Config], StateDict] = _default_tune_to_hf
+    hf_to_tune: Callable[[StateDict, Config], StateDict] = hf_to_tune_default
+    tune_to_hf: Callable[[StateDict, Config], StateDict] = tune_to_hf_default
     tokenizer_formats: Tuple[str, ...] = ("sentencepiece", "hf_json")
     # transformers rope types the family's transformers config accepts (None: every type); another scaling is
     # written as not representable, so lm-eval's hf refuses the folder instead of running another model.
@@ -226,14 +181,14 @@ MODEL_FAMILIES: Dict[str, ModelFamily] = DottedInstances({
                     unapplied_window_keys=("sliding_window",)),
         ModelFamily("qwen2", "Qwen2, Qwen2.5", "qwen2", tied=None, tied_default=False,
                     torchtune_model_types=("QWEN2",), architecture="Qwen2ForCausalLM", build=build_qwen2,
-                    hf_to_tune=_qwen2_hf_to_tune, tune_to_hf=_qwen2_tune_to_hf, tokenizer_formats=("hf_json",),
+                    hf_to_tune=hf_to_tune_qwen2, tune_to_hf=tune_to_hf_qwen2, tokenizer_formats=("hf_json",),
                     hf_tokenizer_class="Qwen2Tokenizer"),
         ModelFamily("gemma", "Gemma 2B/7B", "gemma", tied=True, tied_default=True,
                     torchtune_model_types=("GEMMA",), architecture="GemmaForCausalLM", build=build_gemma),
         # torchtune's PHI4 (its phi4 configs' model_type) converts as PHI3_MINI does (one branch of its checkpointer)
         ModelFamily("phi3", "Phi-3-mini 4k / 128k, Phi-3.5-mini, Phi-4 (14B)", "phi3", tied=False, tied_default=False,
                     torchtune_model_types=("PHI3_MINI", "PHI4"), architecture="Phi3ForCausalLM", build=build_phi3,
-                    hf_to_tune=_phi3_hf_to_tune, tune_to_hf=_phi3_tune_to_hf, hf_rope_types=("default", "longrope"),
+                    hf_to_tune=hf_to_tune_phi3, tune_to_hf=tune_to_hf_phi3, hf_rope_types=("default", "longrope"),
                     notes="sliding_window is not applied (torchtune's phi3 builder: full attention); transformers' "
                           "Phi3Config accepts only default / longrope RoPE (a base change still loads there)",
                     unapplied_window_keys=("sliding_window",)),
