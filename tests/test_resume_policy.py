@@ -270,3 +270,30 @@ def test_a_model_type_in_another_case_is_the_same_model_type(spelled):
     assert compare_resume_config(saved, {**saved, "checkpointer": {**node, "model_type": spelled}}) == []
     with pytest.raises(ValueError, match=r"checkpointer\.model_type: 'LLAMA2' -> 'llama3'"):  # as written
         compare_resume_config(saved, {**saved, "checkpointer": {**node, "model_type": "llama3"}})
+
+
+@pytest.mark.parametrize("spelled", ["llama3_2", "LLAMA3_2", "qwen2", " llama3_2"])
+def test_resume_takes_a_model_type_exactly_where_the_config_check_does(spelled):
+    """Resuming a ``LLAMA3_2`` run with ``checkpointer.model_type`` spelled another way is accepted where the config
+    check (``check_torchtune_model_type``, for the family that reads it) takes the spelling, and both where torchtune's
+    own ``ModelType`` has it as the member ``LLAMA3_2`` (by its name or its value, case-blind)."""
+    from torchtune.training.checkpointing._utils import ModelType
+
+    from torchtune_longshort.models.families import MODEL_FAMILIES, UnsupportedModelError, check_torchtune_model_type
+
+    member = ModelType.__members__.get(spelled.upper()) or ModelType._value2member_map_.get(spelled.lower())
+    expected = member is ModelType.LLAMA3_2
+    try:
+        check_torchtune_model_type(MODEL_FAMILIES["llama_tied"], spelled, "checkpointer.model_type")
+        checked = True
+    except UnsupportedModelError:
+        checked = False
+    node = {"_component_": "torchtune.training.FullModelHFCheckpointer", "checkpoint_dir": None,
+            "model_type": "LLAMA3_2"}
+    saved = {"output_dir": "o", "seq_len": 64, "max_steps": 2, "checkpointer": node}
+    try:
+        resumed = compare_resume_config(saved, {**saved, "checkpointer": {**node, "model_type": spelled}}) == []
+    except ValueError as e:
+        assert f"checkpointer.model_type: 'LLAMA3_2' -> {spelled!r}" in str(e)
+        resumed = False
+    assert resumed == checked == expected

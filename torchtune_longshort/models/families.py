@@ -332,11 +332,18 @@ def _tying(family: ModelFamily) -> str:
     return "" if family.tied is None else (", tied" if family.tied else ", untied")
 
 
+def torchtune_model_type_name(model_type: Any) -> Optional[str]:
+    """The torchtune ``ModelType`` name that a config's ``checkpointer.model_type`` spells, case-blind (``llama2`` and
+    ``LLAMA2``: one member, whose name is ``LLAMA2`` and value ``llama2``), whether or not torchtune has it; None for
+    a value that is no string. Two values name one model type when their names are equal."""
+    return model_type.upper() if isinstance(model_type, str) else None
+
+
 def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], where: str,
                                decided_by: str = "the folder's config.json") -> None:
     """Refuse a config's ``checkpointer.model_type`` (``where``: its key's path) that would convert ``family``'s
     weights wrongly (``decided_by``: what says the family when the key is left out)."""
-    if model_type is None or str(model_type).upper() in family.torchtune_model_types:
+    if model_type is None or torchtune_model_type_name(model_type) in family.torchtune_model_types:
         return
     raise UnsupportedModelError(
         f"{where}={model_type!r} does not convert a {family.name!r} checkpoint ({family.hub_models}); "
