@@ -56,14 +56,23 @@ def test_json_model_args_device_this_machine_lacks_is_refused_with_the_fix_in_th
                   json.dumps({"pretrained": "x", **json.loads("{" + member + "}")})])  # the fix, applied, is taken
 
 
-@pytest.mark.parametrize("key,flag", [("device", "cpu"), ("batch_size", "4")])
-def test_json_model_args_key_given_as_the_option_too_is_refused_as_the_k_v_spelling(key, flag):
+@pytest.mark.parametrize("key,flag", [("device", "cuda:0"), ("batch_size", "4")])
+def test_json_model_args_key_given_as_the_option_too_is_refused_naming_it_as_written(key, flag):
+    """``--model_args '{..., "device": "cpu"}' --device cuda:0`` was refused as ``--model_args device=cpu``, a
+    spelling the user had not written; each spelling is named as given, read back by lm-eval's own parsers."""
+    from lm_eval._cli.utils import key_val_to_dict
+
     said = {}
     for spelling in SPELLINGS:
         with pytest.raises(ValueError) as e:
             lm_eval_argv(_argv("hf", spelling) + [f"--{key}", flag])
         said[spelling] = str(e.value)
-    assert said["json"] == said["k=v"] and "give it once" in said["json"]
+        assert said[spelling].startswith(f"--{key} {flag} and ") and said[spelling].endswith(": give it once "
+                                                                                             f"(--{key})")
+    member = said["json"].removeprefix(f"--{key} {flag} and ").partition(" in --model_args's JSON")[0]
+    assert json.loads("{" + member + "}") == {key: ARGS[key]}  # 2, not "2": the JSON value as written
+    item = said["k=v"].removeprefix(f"--{key} {flag} and --model_args ").partition(":")[0]
+    assert key_val_to_dict(item) == {key: ARGS[key]}
 
 
 def test_json_checkpoint_dir_goes_on_as_pretrained_for_the_results_folder():

@@ -21,8 +21,8 @@ from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, che
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options, device_given_as
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
-from torchtune_longshort.eval.model_args_argv import (json_fix, model_args_value, renamed_model_args_key,
-                                                     without_model_args_key)
+from torchtune_longshort.eval.model_args_argv import (json_fix, model_args_item, model_args_value,
+                                                     renamed_model_args_key, without_model_args_key)
 from torchtune_longshort.eval.model.args import batch_sizes, check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import (lacks_template, no_template_message, select_template, template_name,
                                                  template_tokenizer)
@@ -122,7 +122,7 @@ def _model_options(out: List[str], args: Sequence[str], model: Optional[str]) ->
         if in_args is None:
             continue
         if flag is not None:
-            raise ValueError(f"--{key} {flag} and --model_args {key}={in_args}: give it once (--{key})")
+            raise ValueError(f"--{key} {flag} and {model_args_item(out, key)}: give it once (--{key})")
         if key == "batch_size":
             _check_model_batch_size(in_args, f"--model_args batch_size={in_args}", model)
         if key == "max_batch_size":

@@ -79,19 +79,38 @@ def model_args_value(out: List[str], key: str) -> Optional[str]:
     return found
 
 
-def json_fix(out: List[str], key: str, value: str) -> Optional[str]:
-    """The fix that sets ``key`` to ``value`` in the spelling the user gave it in, when the last ``--model_args``
-    token giving ``key`` is JSON (``"device": "cpu" in --model_args's JSON``); None otherwise (``key=value`` items,
-    whose ``--model_args key=value`` fix the caller words, or ``key`` not given)."""
-    last: Optional[bool] = None
+def _last_given(out: List[str], key: str) -> Optional[Tuple[bool, Any]]:
+    """Whether the last ``--model_args`` token of ``out`` giving ``key`` is JSON, and the value it gives (parsed from
+    JSON, or as typed in ``key=value`` items); None when no token gives ``key``."""
+    last: Optional[Tuple[bool, Any]] = None
     for k in model_args_spans(out):
         text = _split(out[k])[1]
         parsed = _as_json(text)
         if parsed is not None and key in parsed:
-            last = True
-        elif parsed is None and any(n.strip() == key for n, _ in _items(text)):
-            last = False
-    return f"{json.dumps({key: value})[1:-1]} in --model_args's JSON" if last else None
+            last = (True, parsed[key])
+        elif parsed is None:
+            last = next(((False, v) for n, v in reversed(_items(text)) if n.strip() == key), last)
+    return last
+
+
+def _as_given(key: str, value: Any, as_json: bool) -> str:
+    """``key`` set to ``value`` in ``--model_args``'s spelling: a JSON member or a ``key=value`` item."""
+    return f"{json.dumps({key: value})[1:-1]} in --model_args's JSON" if as_json else f"--model_args {key}={value}"
+
+
+def json_fix(out: List[str], key: str, value: str) -> Optional[str]:
+    """The fix that sets ``key`` to ``value`` in the spelling the user gave it in, when the last ``--model_args``
+    token giving ``key`` is JSON (``"device": "cpu" in --model_args's JSON``); None otherwise (``key=value`` items,
+    whose ``--model_args key=value`` fix the caller words, or ``key`` not given)."""
+    last = _last_given(out, key)
+    return _as_given(key, value, True) if last is not None and last[0] else None
+
+
+def model_args_item(out: List[str], key: str) -> Optional[str]:
+    """``key`` of ``out``'s ``--model_args`` as the user wrote it (the last token giving it, as lm-eval merges them):
+    ``"device": "cpu" in --model_args's JSON`` or ``--model_args device=cpu``; None when not given."""
+    last = _last_given(out, key)
+    return None if last is None else _as_given(key, last[1], last[0])
 
 
 def _edited(value: str, edit_json, edit_items) -> str:
