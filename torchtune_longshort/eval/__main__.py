@@ -124,7 +124,7 @@ def _checked_run(argv) -> None:
         argparse.ArgumentParser.error = parser_error
     for results in finished:
         if results is not None:
-            print(cli_messages.summary_line(results), flush=True)
+            print(cli_messages.summary_line(results, saved.results[-1] if saved.results else None), flush=True)
     saved.raise_if_failed()
     if faults.closing_line():  # a task raised: the others' scores are written, the run is not a success
         print(f"{cli_argv.prog()}: error: {faults.closing_line()}", file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ import difflib
 import math
 import re
 import textwrap
+from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from torchtune_longshort.eval.cli_argv import prog, stock_lm_eval
@@ -102,8 +103,16 @@ def _group_reason(members: Optional[List[str]], reasons: Dict[str, str]) -> str:
     return "a group, from its members: " + "; ".join(f"{m}: {reasons[m]}" for m in told[:2]) + more
 
 
-def summary_line(results: Dict[str, Any]) -> str:
-    """``[longshort-eval] N metrics scored, M unscored: task: metric, ... (reasons); ...``: the run's closing line."""
+def summary_line(results: Dict[str, Any], results_file: Optional[Path] = None) -> str:
+    """``[longshort-eval] N metrics scored, M unscored: task: metric, ... (reasons); ...``: the run's closing line,
+    ending ``; results: <results_file>`` when lm-eval wrote one (in ``<output_path>/<its sanitized model name>/``,
+    which for ``pretrained=./out/step_8`` is the hidden ``.__out__step_8``)."""
+    line = _scored_line(results)
+    return line if results_file is None else f"{line}; results: {results_file}"
+
+
+def _scored_line(results: Dict[str, Any]) -> str:
+    """:func:`summary_line` without the results file."""
     bad: Dict[str, List[str]] = {}
     scored = 0
     groups = results.get("group_subtasks") or {}

@@ -87,18 +87,22 @@ class SavedResults:
 
     def __init__(self) -> None:
         self.failed: List[str] = []
+        self.results: List[Path] = []  # the results files written whole, in order (named by the closing line)
 
-    def check(self, path: Path, read: Callable[[Path], None]) -> None:
-        """Note ``path`` when it is missing or cannot be read whole (then removed: it is this run's and cut off)."""
+    def check(self, path: Path, read: Callable[[Path], None]) -> bool:
+        """Note ``path`` when it is missing or cannot be read whole (then removed: it is this run's and cut off);
+        whether it was written whole."""
         if not path.is_file():
             self.failed.append(f"{path} (not written)")
-            return
+            return False
         try:
             read(path)
         except (OSError, ValueError):
             with contextlib.suppress(OSError):
                 path.unlink()
             self.failed.append(f"{path} (cut off; removed)")
+            return False
+        return True
 
     @contextlib.contextmanager
     def watching(self) -> Iterator["SavedResults"]:
@@ -115,8 +119,8 @@ class SavedResults:
             add_run_record(args[0] if args else kwargs.get("results"))  # provenance, for every model
             with _results_whole(tracker):
                 aggregated(tracker, *args, **kwargs)
-            if tracker.output_path:
-                self.check(results_file(tracker), _read_json)
+            if tracker.output_path and self.check(results_file(tracker), _read_json):
+                self.results.append(results_file(tracker))
 
         def save_samples(tracker, task_name, *args, **kwargs):
             samples(tracker, task_name, *args, **kwargs)
