@@ -57,3 +57,29 @@ def test_a_metrics_jsonl_that_is_a_pipe_is_refused_without_reading_it(tmp_path):
     assert str(info.value) == (f"resume=True: {path} is not a regular file, where the recipe writes the run's metrics "
                                f"(a file, one JSON line a logged step): move it out of {tmp_path}, then resume (a "
                                "fresh metrics.jsonl is started)")
+
+
+@pytest.mark.parametrize("target", ["theirs.jsonl", "missing.jsonl"])
+def test_a_metrics_jsonl_that_is_a_symbolic_link_is_refused_and_its_target_left_alone(tmp_path, target):
+    """A user's link at <run>/metrics.jsonl (os.path.islink, the reference) to a file of theirs was read (a line of
+    theirs without a step kept) and replaced by the resumed run's file; one to a file not there was written through,
+    making it in their folder. Now refused like a folder, before anything is written."""
+    import os
+
+    from torchtune_longshort.training.metrics import resumed_lines
+
+    theirs = tmp_path / "user"
+    theirs.mkdir()
+    (theirs / "theirs.jsonl").write_text('{"mine": 1}\n')
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "metrics.jsonl"
+    os.symlink(theirs / target, path)
+    assert os.path.islink(path)
+    with pytest.raises(ValueError) as info:
+        resumed_lines(path, 2)
+    assert str(info.value) == (f"resume=True: {path} is a symbolic link, where the recipe writes the run's metrics "
+                               f"(a file, one JSON line a logged step): move it out of {run}, then resume (a fresh "
+                               "metrics.jsonl is started)")
+    assert os.path.islink(path) and sorted(os.listdir(theirs)) == ["theirs.jsonl"]
+    assert (theirs / "theirs.jsonl").read_text() == '{"mine": 1}\n'

@@ -60,10 +60,13 @@ def resumed_lines(path: Union[str, Path], resume_step: int) -> Optional[List[str
     """The lines of the ``metrics.jsonl`` at ``path`` that a run resumed at ``resume_step`` keeps (its rows up to
     that step), read and checked (:func:`metric_lines`) before the run writes anything; None: a new run, or no file
     to resume (a fresh one is started)."""
-    if not resume_step or not Path(path).exists():
+    # a symbolic link there is a user's: read, then replaced by a file (its target's other lines copied in), or
+    # written through when dangling (a file made in the user's folder)
+    if not resume_step or not (Path(path).exists() or Path(path).is_symlink()):
         return None
-    if not Path(path).is_file():  # open() said '[Errno 21] Is a directory: ...', no fix
-        what = "a folder" if Path(path).is_dir() else "not a regular file"
+    if Path(path).is_symlink() or not Path(path).is_file():  # a folder: '[Errno 21] Is a directory: ...', no fix
+        what = ("a symbolic link" if Path(path).is_symlink() else "a folder" if Path(path).is_dir() else
+                "not a regular file")
         raise ValueError(f"resume=True: {path} is {what}, where the recipe writes the run's metrics (a file, one JSON "
                          f"line a logged step): move it out of {Path(path).parent}, then resume (a fresh "
                          f"{Path(path).name} is started)")
