@@ -90,3 +90,19 @@ def _followed_loads(args, said, sub):
     done[key] = str(sub)
     builder = load_dataset_builder(done["source"], data_dir=done.get("data_dir"))
     assert [os.path.abspath(f) for f in builder.config.data_files["train"]] == [str(sub / "a.txt")]
+
+
+def test_the_glob_counts_files_only_not_subfolders_named_like_data_files(tmp_path, monkeypatch):
+    """Subfolders named ``a.csv/``, ``b.csv/`` beside one file ``c.txt``: the glob names the files' suffix,
+    ``d/*.txt``; ``d/*.csv`` matches only the folders, which datasets' resolve_pattern does not read."""
+    from datasets.data_files import resolve_pattern
+
+    for sub in ("a.csv", "b.csv"):
+        (tmp_path / "d" / sub).mkdir(parents=True)
+    (tmp_path / "d" / "c.txt").write_text("one document\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        resolve_pattern(os.path.join("d", "*.csv"), os.getcwd())  # folders are no data files to datasets
+    with pytest.raises(FileNotFoundError) as refused:
+        named_files({"source": "text", "data_files": "d"}, "dataset")
+    assert repr(os.path.join("d", "*.txt")) in str(refused.value), str(refused.value)
