@@ -32,3 +32,14 @@ def test_a_path_outside_every_place_stays_as_given(tmp_path):
     where = places(tmp_path / "out", tmp_path / "out")
     given = str(tmp_path / "root_link" / "nowhere")  # resolved it is outside every place: kept as written
     assert portable(given, where) == given and portable("relative/path", where) == "relative/path"
+
+
+def test_a_relative_string_stays_as_given_when_run_from_inside_a_place(tmp_path, monkeypatch):
+    """A study is run from its repository: a spec's relative strings (``L/2`` of an e range, a config's relative
+    path) are no absolute folder, though ``os.path.realpath`` would read them in the working directory, a place."""
+    (tmp_path / "out").mkdir()
+    monkeypatch.chdir(tmp_path)
+    where = places(tmp_path / "out", tmp_path)
+    assert os.path.realpath("L/2") == str(tmp_path.resolve() / "L" / "2")  # what reading it as a path would name
+    spec = {"e_range": [1, "L/2"], "config": "configs/x.yaml", "device": "cpu"}
+    assert portable(spec, where) == spec
