@@ -78,3 +78,12 @@ def test_the_folder_is_refused_when_opened(tmp_path, tiny_llama2_dir):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"config.json: hidden_size=\S+ is not an integer \(LlamaConfig refuses it"):
         CheckpointFolder.open(folder)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "gemma"])
+def test_a_fractional_key_value_head_count_is_named_as_given_not_as_null(model_type):
+    """num_key_value_heads 2.5 is refused naming 2.5 (the null's own wording is for a null only)."""
+    config = {**BASE, "model_type": model_type, "num_key_value_heads": 2.5}
+    assert _transformers_refuses(model_type, config, "num_key_value_heads")
+    with pytest.raises(ValueError, match=r"^m/config.json: num_key_value_heads=2.5 is not an integer "):
+        check_prebuild(config, WHERE)
