@@ -185,3 +185,24 @@ def test_a_bad_chat_row_is_named_by_its_own_line_not_as_a_missing_text_column(tm
     with pytest.raises(DataRecordError, match=want) as e:
         list(docs())
     assert "no text field" not in str(e.value)
+
+
+def test_a_text_that_is_a_list_is_named_as_no_string_not_as_giving_no_token_ids(tmp_path, sp_tokenizer_dir):
+    """``{"text": ["a", "b"]}`` tokenizes without an error (a list of token lists), so the record was named as
+    ``list.jsonl:2 gives no token ids (dict ['labels', 'tokens'])``, where a number or null names the field and its
+    type; it names them now, as ``json.loads`` reads the line."""
+    from torchtune.datasets import text_completion_dataset
+
+    from torchtune_longshort.data.text_files import DataRecordError
+    from torchtune_longshort.data.torchtune_datasets import torchtune_documents
+    from torchtune_longshort.models import checkpoint_tokenizer
+
+    rows = [{"text": "def f():\n    return 1\n"}, {"text": ["a", "b"]}]
+    (tmp_path / "list.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = {"source": "json", "data_files": str(tmp_path / "list.jsonl"), "column": "text", "split": "train"}
+    ds = text_completion_dataset(checkpoint_tokenizer(str(sp_tokenizer_dir)), **args)
+    docs = torchtune_documents(ds, name="text_completion_dataset", args=args)
+    held = type(json.loads(json.dumps(rows[1]))["text"]).__name__
+    with pytest.raises(DataRecordError, match=rf"list.jsonl:2: field 'text' holds {held} ") as e:
+        list(docs())
+    assert "no token ids" not in str(e.value)

@@ -60,7 +60,10 @@ def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], c
             f"{what}: {found or locate_record(files, i)} ({type(e).__name__} building the sample{hint}: {e})"
         ) from None
     if not tokens or not all(isinstance(t, int) for t in tokens):
-        raise DataRecordError(f"{what}: {locate_record(files, i)} gives no token ids ({type(sample).__name__} "
+        # a text that is a list tokenizes without an error, to a list per item: name the field, as for a number
+        found = record_problem(files, i, column, where) if column else None
+        raise DataRecordError(f"{what}: {found}" if found else
+                              f"{what}: {locate_record(files, i)} gives no token ids ({type(sample).__name__} "
                               f"{sorted(sample) if isinstance(sample, dict) else ''})")
     from torchtune.data import CROSS_ENTROPY_IGNORE_IDX  # the label torchtune's datasets mask with
 
