@@ -62,3 +62,16 @@ def test_a_sample_without_context_and_input_is_counted_once(tmp_path):
     with pytest.raises(ValueError) as e:
         lb.load_longbench_e("qasper_e", str(tmp_path), longbench_e_missing="error")
     assert f"qasper_e.jsonl:2: field 'context' is missing or null ({bad} of {len(rows)} samples)" in str(e.value)
+
+
+@pytest.mark.parametrize("field", ["answers", "length"])
+def test_a_sample_missing_answers_or_length_is_named_by_its_line(tmp_path, field):
+    """A sample without ``answers`` or ``length`` was named ``<file>, sample 3`` (its index among the rows
+    ``datasets`` read, blank lines left out), where a missing context names ``<file>:<line>``; its line now."""
+    rows = [{**ROW, "_id": str(i)} for i in range(5)]
+    del rows[3][field]
+    lines = [json.dumps(r).encode() for r in rows]
+    lines.insert(1, b"")
+    bad = next(n for n, line in enumerate(lines, 1) if line.strip() and field not in json.loads(line))
+    said = _refusal(tmp_path, lines)
+    assert f"trec_e.jsonl:{bad}: " in said and ", sample " not in said, said

@@ -35,5 +35,5 @@ def test_the_buckets_are_taken_in_turn(tmp_path):
 
 def test_a_sample_with_no_answer_is_refused_naming_the_field(tmp_path):
     _write(tmp_path, [{"length": 10}, {"length": 20, "answers": []}])
-    with pytest.raises(TaskDataError, match=r"sample 1: field 'answers' is \[\], expected a non-empty list"):
+    with pytest.raises(TaskDataError, match=r"qasper_e.jsonl:2: field 'answers' is \[\], expected a non-empty list"):
         _load(tmp_path)

@@ -30,9 +30,9 @@ def test_loader_reads_longbench_jsonl_and_checks_fields(tmp_path):
     cases = [("hotpotqa", [{k: v for k, v in row.items() if k != "answers"}], r"lacks field\(s\) \['answers'\]"),
              ("trec", [row], r"field 'dataset' is \['qasper'\], expected 'trec'"),
              ("trec", [{**row, "dataset": None}], r"field 'dataset' is \[None\], expected 'trec'"),
-             ("lcc", [{**row, "dataset": "lcc_e", "length": -3}], "sample 0: length=-3")]
+             ("lcc", [{**row, "dataset": "lcc_e", "length": -3}], "lcc_e.jsonl:1: length=-3")]
     cases += [("2wikimqa", [{**row, "dataset": "2wikimqa"}, {**row, "dataset": "2wikimqa", "answers": answers}],
-               r"2wikimqa_e.jsonl, sample 1: field 'answers' is .*, expected a non-empty")
+               r"2wikimqa_e.jsonl:2: field 'answers' is .*, expected a non-empty")
               for answers in ["Paris", None, [], [3]]]
     for name, rows, match in cases:
         _write(tmp_path / f"{name}_e.jsonl", rows)

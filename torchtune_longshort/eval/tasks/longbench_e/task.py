@@ -360,7 +360,8 @@ def _with_longbench_fields(ds, source: str, base: str, name: str):
         ds = ds.add_column(TRUNCATION_FIELD, [TRUNCATION] * len(ds))
     for i, answers in enumerate(ds["answers"]):
         if not (isinstance(answers, list) and answers and all(isinstance(a, str) for a in answers)):
-            raise TaskDataError(f"LongBench-E data {source}, sample {i}: field 'answers' is {answers!r}, expected a "
+            said = "missing or null" if answers is None else repr(answers)
+            raise TaskDataError(f"LongBench-E data {_sample_at(source, i)}: field 'answers' is {said}, expected a "
                                 "non-empty list of strings (LongBench's format: [\"Paris\"]; a string would be "
                                 "scored as one answer per character)")
     buckets = []
@@ -368,6 +369,6 @@ def _with_longbench_fields(ds, source: str, base: str, name: str):
         try:
             buckets.append(length_bucket(length))
         except ValueError as e:
-            raise TaskDataError(f"LongBench-E data {source}, sample {i}: {e}") from None
+            raise TaskDataError(f"LongBench-E data {_sample_at(source, i)}: {e}") from None
     # the buckets in turn, each bucket's samples in the file's order: lm-eval's --limit N then keeps every bucket
     return ds.select(round_robin_order([(b, None) for b in buckets]))
