@@ -175,12 +175,12 @@ def test_loader_rejects_rows_not_in_babilong_format(tmp_path):
     and carries the reason while the other lengths load (a bad line ended the whole run: a bare JSONDecodeError,
     naming no file, or an AttributeError at scoring)."""
     (tmp_path / "0k").mkdir()
-    (tmp_path / "0k" / "qa1.jsonl").write_text(json.dumps({"input": "x", "question": "q", "target": "t"}) + "\n")
+    (tmp_path / "0k" / "qa1.jsonl").write_text(json.dumps({"input": "x", "question": "q", "target": "kitchen"}) + "\n")
     (tmp_path / "1k").mkdir()
-    good = json.dumps({"input": "x", "question": "q", "target": "t"})
+    good = json.dumps({"input": "x", "question": "q", "target": "kitchen"})
     for bad, match in (
             (json.dumps({"input": "x", "target": "kitchen"}), r"line 2: field\(s\) \['question'\] missing"),
-            (json.dumps({"input": "x", "question": "q", "target": "t", "length": "4k"}),
+            (json.dumps({"input": "x", "question": "q", "target": "kitchen", "length": "4k"}),
              "line 2: length='4k' but the file is in the '1k' folder"),
             ("{bad json", r"qa1.jsonl line 2: not a JSON line"), ("[1, 2]", "line 2: a JSON list"),
             (json.dumps({"input": "x", "question": "q", "target": None}),

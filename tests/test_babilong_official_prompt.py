@@ -167,7 +167,8 @@ def folder(tmp_path_factory):
     out = tmp_path_factory.mktemp("babilong_prompt")
     (out / "0k").mkdir()
     for qa in QAS:
-        (out / "0k" / f"{qa}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+        target = "Fred" if qa == "qa5" else "kitchen"  # a label of the task: the loader refuses another
+        (out / "0k" / f"{qa}.jsonl").write_text("".join(json.dumps({**r, "target": target}) + "\n" for r in ROWS))
     return out
 
 

@@ -209,6 +209,11 @@ def _read_local(paths: Sequence[Path], qa: str, length: str, style: str) -> List
         if wrong:
             raise TaskDataError(f"{where}: field(s) {wrong} are not strings ({wrong[0]}={row[wrong[0]]!r}); "
                                 "BABILong's input, question and target are text")
+        unscorable = _outside_labels(row["target"], qa)
+        if unscorable is not None:  # compare_answers finds only the task's labels: it scored 0 whatever was said
+            raise TaskDataError(f"{where}: target={row['target']!r} holds {unscorable!r}, no label of task {qa} "
+                                f"({', '.join(sorted(TASK_LABELS[qa]))}; a list as 'apple,milk'), so BABILong's "
+                                "answer check could never count it right: fix or remove that line")
         if row.get("length", length) != length:
             raise TaskDataError(f"{where}: length={row['length']!r} but the file is in the {length!r} folder")
         if row.get("qa", qa) != qa:
@@ -227,6 +232,15 @@ def _read_local(paths: Sequence[Path], qa: str, length: str, style: str) -> List
         rows.append({"input": row["input"], "question": row["question"], "target": row["target"],
                      "qa": qa, "length": length, "depth": depth, TRUNCATION_FIELD: TRUNCATION})
     return rows
+
+
+def _outside_labels(target: str, qa: str) -> Optional[str]:
+    """The part of ``target`` (a list's item, as :func:`compare_answers` splits it) that is no label of task ``qa``,
+    or None."""
+    target = target.lower()
+    labels = {label.lower() for label in TASK_LABELS[qa]}
+    parts = target.split(",") if "," in target and len(target) > 3 else [target]
+    return next((part for part in parts if part not in labels), None)
 
 
 # what a data file without rows is refused with
