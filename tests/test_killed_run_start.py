@@ -139,3 +139,22 @@ def test_a_users_file_where_a_killed_start_set_the_earlier_run_aside_is_refused_
     shutil.rmtree(run / "logs")
     claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",)).release()
     assert tree(run) == before
+
+
+@pytest.mark.parametrize("resume", [True, False], ids=["resume", "overwrite"])
+def test_a_users_file_in_the_folder_a_killed_start_set_the_earlier_run_aside_in_stays_there(
+        tmp_path, tiny_llama2_dir, resume):
+    """A file the user put into ``.replaced/`` (beside the earlier run a killed overwrite start set aside there) was
+    moved to the top of the run folder by the next start's mend, then named there by the overwrite's refusal
+    ("refuses to delete output_dir=...: it holds 'notes.txt'"). Now it is refused where it lies, before anything
+    moves: the folder's tree is as the user left it."""
+    from torchtune_longshort.training.output_dir import claim_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    _killed_overwrite_start(run, tiny_llama2_dir, listed=True)
+    (run / ".replaced" / "notes.txt").write_text("mine")
+    left = [p for p in tree(run) if p != ".lock"]
+    with pytest.raises(FileExistsError, match=r"holds '.replaced/notes.txt', which this recipe did not write, .*: "
+                                              r"move it out of '.*/run/.replaced'"):
+        claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",))
+    assert [p for p in tree(run) if p != ".lock"] == left and (run / ".replaced" / "notes.txt").read_text() == "mine"

@@ -320,6 +320,20 @@ def _entries(folder: Path) -> Optional[dict]:
     return entries
 
 
+def _check_aside(out: Path, written_here: Sequence[str]) -> None:
+    """Refuse an entry of ``out``'s :data:`REPLACED` that no run of the recipe writes (a user's file put there), by
+    name and before the mend moves anything: it was moved to the top of ``out``, then named by the overwrite's
+    refusal there."""
+    aside = out / REPLACED
+    stray = sorted(p.name for p in (aside.iterdir() if aside.is_dir() and not aside.is_symlink() else ())
+                   if not written_by_recipe(p.name, written_here))
+    if stray:
+        raise FileExistsError(
+            f"output_dir={str(out)!r} holds {', '.join(repr(f'{REPLACED}/{n}') for n in stray[:3])}"
+            f"{' ...' if len(stray) > 3 else ''}, which this recipe did not write, in the folder where an overwrite "
+            f"start sets the earlier run aside: move it out of {str(aside)!r}, then start again")
+
+
 def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
                      written_here: Sequence[str] = ()) -> "OutputDirLock":
     """Check the rules (before the lock file is written), take the folder's lock, then prepare a new folder
@@ -336,6 +350,7 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     try:  # a refusal or a full disk from here leaves no lock, marker or folder of this call's
         lock.acquire()
         if mend:  # under the lock: a live run's start in progress refuses
+            _check_aside(out, written_here)
             mend_interrupted_start(out)
             check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
         if not resume and not made and any(p.name != LOCK for p in out.iterdir()):  # allowed: overwrite
