@@ -49,3 +49,27 @@ def test_a_refused_resume_leaves_every_file_as_it_was(tiny_finished_run, sp_toke
         recipe.setup()
     assert stat_tree(run) == before  # no log file made, no mtime moved (the folder's, the lock file's, put back)
     assert _contents(run) == contents  # torchtune_config.yaml, logs/.longshort_files: the same bytes
+
+
+def test_a_resume_refuses_a_logs_link_and_writes_nothing_through_it(tiny_finished_run, sp_tokenizer_dir, tmp_path):
+    """``<run>/logs`` a symbolic link to a folder of the user's: ``overwrite_output_dir=True`` refused it ("it holds
+    'logs', which this recipe did not write"), but ``resume=True`` wrote a new ``log_<time>.txt`` through it into the
+    user's folder. Now the resume is refused naming the link, before any write: the run and the user's folder are as
+    they were, the link still a link."""
+    import os
+
+    from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
+
+    run, mine = tmp_path / "run", tmp_path / "mine"
+    shutil.copytree(tiny_finished_run, run, symlinks=True)
+    shutil.rmtree(run / "logs")
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (run / "logs").symlink_to(mine)
+    before, listed = aged(run), sorted(os.listdir(mine))
+    with pytest.raises(FileExistsError, match=r"^resume=True: \S+/run/logs is a symbolic link, where the recipe writes "
+                                              r"metric_logger\.log_dir='\S+/run/logs' \(a folder of the run's\): move "
+                                              r"it out of \S+/run, then resume \(a fresh logs/ is started\)$"):
+        LongShortFinetuneRecipe(tiny_cfg(run, sp_tokenizer_dir, max_steps=3, resume=True,
+                                         **{"loss.alpha": 0.0})).setup()
+    assert stat_tree(run) == before and os.path.islink(run / "logs") and sorted(os.listdir(mine)) == listed

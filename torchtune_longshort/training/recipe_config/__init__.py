@@ -18,10 +18,12 @@ from typing import Any, Iterator
 from torchtune_longshort.config.fields import build_section, section_keys
 from torchtune_longshort.rope.checkpoint_code import RECIPE_FIX, checkpoint_code
 from torchtune_longshort.training.recipe_config.key_homes import key_homes
-from torchtune_longshort.training.recipe_config.inputs import check_overwrite, input_paths, written_names
+from torchtune_longshort.training.recipe_config.inputs import (
+    WRITTEN_FOLDERS, check_overwrite, input_paths, written_names,
+)
 from torchtune_longshort.data.tokenizer_training import VocabBelowCharacters
 from torchtune_longshort.training.recipe_config.paths import (model_vocab_key, naming_the_source, resolved_config,
-                                                              resolved_container)
+                                                              resolved_container, written_path)
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED
 from torchtune_longshort.training.recipe_config.tokenizer_check import check_tokenizer, load_tokenizer, model_key_of
@@ -149,7 +151,7 @@ def _checked(cfg: Any, node: dict, as_here: dict, world_size: int, local: bool) 
         check_rules(config, world_size, local)
         if local:
             check_tokenizer(config)  # built as the setup builds it: a file of another format, ids past the model's
-            check_overwrite(config)
+            check_overwrite(config, {k: written_path(cfg, k) for k in WRITTEN_FOLDERS})  # links there: as written
     except VocabBelowCharacters as e:  # the model node's key as the config has it (inside rope_scaled too)
         raise ValueError(e.worded(e.field, also=model_vocab_key(node))) from None
     except (ValueError, OSError) as e:  # a field whose value comes from another key: that key named too

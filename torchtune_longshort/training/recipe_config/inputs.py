@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import glob
 from pathlib import Path
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.training.checkpointing import LATEST, RECIPE_STATE_DIR
 from torchtune_longshort.training.output_dir import check_output_dir
@@ -23,6 +23,8 @@ from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 
 # Component arguments that name where a run writes, not what it reads.
 _OUTPUT_ARGS = ("output_dir", "log_dir")
+# The folders besides output_dir that the run writes into, by config key
+WRITTEN_FOLDERS = ("metric_logger.log_dir", "profiler.output_dir")
 
 
 def _existing_path(value: str) -> Any:
@@ -128,12 +130,13 @@ def refuse_glob_read_back(config: RecipeConfig, inputs: List[Tuple[str, Path]]) 
                 refuse_glob_reads(name, folder, field, str(p), written, "the run's files")
 
 
-def check_overwrite(config: RecipeConfig) -> None:
+def check_overwrite(config: RecipeConfig, as_written: Optional[Mapping[str, Optional[Path]]] = None) -> None:
     """The output folder's rules (:func:`~torchtune_longshort.training.output_dir.check_output_dir`), asked
     before anything is built: an output folder (or a log folder) inside an input, an existing folder without
     ``resume`` / ``overwrite_output_dir``, a resume with no checkpoint, and an overwrite that would delete an input,
     the working directory, ``$HOME`` or anything the recipe did not write are refused naming the field and the
-    path."""
+    path; so is a resume whose log or trace folder, as the config writes it (``as_written``, by
+    :data:`WRITTEN_FOLDERS` key), lies inside ``output_dir`` through a symbolic link there."""
     out = Path(config.output_dir).expanduser()
     trained = config.tokenizer.trains_here()
     if trained is not None and (trained.resolve() == out.resolve() or out.resolve() in trained.resolve().parents):
@@ -151,6 +154,9 @@ def check_overwrite(config: RecipeConfig) -> None:
     refuse_glob_read_back(config, inputs)
     check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=inputs,
                      written_here=written_names(config))
+    if config.resume:
+        _refuse_linked_folders(out.resolve(), [(f, (as_written or {}).get(f)) for f, used in zip(
+            WRITTEN_FOLDERS, (log_dir, config.trace_dir)) if used])
     # the folders the run makes or writes into, asked in the order it makes them (an existing folder that takes no
     # new file ended in a traceback: at the lock, or at the logger once the run had claimed its folder)
     check_creatable("output_dir", config.output_dir, writable=True)
@@ -159,6 +165,18 @@ def check_overwrite(config: RecipeConfig) -> None:
         check_creatable("metric_logger.log_dir", log_dir, writable=True)
     if config.trace_dir:
         check_creatable("profiler.output_dir", config.trace_dir, writable=True)
+
+
+def _refuse_linked_folders(out: Path, folders) -> None:
+    """A resume's: a folder the run writes into (``(field, path as the config writes it)``) that lies inside ``out``
+    through a symbolic link at its top (a ``logs`` link to a user's folder) is refused, as the overwrite refuses that
+    link: the resumed run wrote its ``log_<time>.txt`` through it into the user's folder."""
+    for field, written in folders:
+        entry = out / written.relative_to(out).parts[0] if written is not None and out in written.parents else None
+        if entry is not None and entry.is_symlink():
+            raise FileExistsError(
+                f"resume=True: {entry} is a symbolic link, where the recipe writes {field}={str(written)!r} (a "
+                f"folder of the run's): move it out of {out}, then resume (a fresh {entry.name}/ is started)")
 
 
 def check_own_entries(out: Path, log_dir: Any) -> None:

@@ -83,20 +83,35 @@ def model_vocab_key(node: Mapping[str, Any]) -> str:
     return f"{where}.vocab_size" if isinstance(inner, Mapping) and "vocab_size" in inner else ""
 
 
-def resolved_config(cfg: Any) -> DictConfig:
-    """A copy of the recipe config ``cfg`` (a ``DictConfig`` or a mapping) with its paths resolved (see the module
-    doc); interpolations other than those paths are kept."""
+def _top_resolved(cfg: Any) -> DictConfig:
+    """A copy of ``cfg`` with its :data:`TOP_LEVEL` paths resolved (first: the nodes below interpolate them)."""
     plain = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
     node = OmegaConf.create(plain)
     for key in TOP_LEVEL:
         if key in node:
             _resolve_key(node, key)
+    return node
+
+
+def resolved_config(cfg: Any) -> DictConfig:
+    """A copy of the recipe config ``cfg`` (a ``DictConfig`` or a mapping) with its paths resolved (see the module
+    doc); interpolations other than those paths are kept."""
+    node = _top_resolved(cfg)
     for key in NESTED:
         _resolve_key(node, key)
     model = resolved_container(node).get("model") if "model" in node else None
     for where in _model_nodes(model, "model"):
         _resolve_key(node, f"{where}.checkpoint_dir")
     return node
+
+
+def written_path(cfg: Any, key: str) -> Optional[Path]:
+    """``key``'s path as the config writes it, made absolute with ``~`` expanded and the :data:`TOP_LEVEL` keys it
+    interpolates resolved (as :func:`resolved_config` resolves them), its own symbolic links not followed: where
+    ``metric_logger.log_dir: ${output_dir}/logs`` lies inside ``output_dir`` when ``<output_dir>/logs`` is a link out
+    of it. None where the config gives no path there."""
+    value = OmegaConf.select(_top_resolved(cfg), key, default=None, throw_on_resolution_failure=False)
+    return Path(os.path.abspath(os.path.expanduser(value))) if isinstance(value, str) and value.strip() else None
 
 
 _FIELD_FIRST = re.compile(r"([A-Za-z_]\w*(?:\.\w+)*)=")
