@@ -59,9 +59,9 @@ def test_neither_layout_names_both_and_a_bad_parquet_row_is_named(tmp_path):
     rows = _rows("qa2", "0k", 2)
     path = tmp_path / "0k" / "qa2-00000-of-00001.parquet"
     for table, match in ((pa.Table.from_pylist([rows[0], {**rows[1], "target": None}]),
-                          r"qa2-00000-of-00001.parquet row 2: field\(s\) \['target'\] are not strings"),
+                          r"qa2-00000-of-00001.parquet row 1: field\(s\) \['target'\] are not strings"),
                          (pa.Table.from_pylist([{"input": "x", "question": "q"}]),
-                          r"row 1: field\(s\) \['target'\] missing"),
+                          r"row 0: field\(s\) \['target'\] missing"),
                          (pa.Table.from_pylist(rows).slice(0, 0), r"qa2-00000-of-00001.parquet has no rows")):
         pq.write_table(table, path)
         with pytest.raises(ValueError, match=match):

@@ -16,7 +16,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.data.file_paths import resolve_files, skipped_links
-from torchtune_longshort.data.file_kinds import DATA_FILE_SUFFIXES, JSON_LINES_SUFFIX, JSON_SUFFIX
+from torchtune_longshort.data.file_kinds import (
+    DATA_FILE_SUFFIXES, JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX, row_of,
+)
 from torchtune_longshort.data.folder_entry import no_folder
 from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents
 
@@ -314,13 +316,14 @@ def _unskippable(message: str) -> DataRecordError:
 
 
 def locate_record(files: List[Tuple[str, Path]], index: int) -> str:
-    """``<file>:<line>`` (JSON lines) or ``<file> record k`` of the ``index``-th record over ``files``, counted as
-    ``datasets`` does (blank JSON lines skipped); ``record <index>`` when the files do not say."""
+    """``<file>:<line>`` (JSON lines) or ``<file> row k`` (a JSON array's or a Parquet file's row, named as the text
+    reader names it: :func:`~.file_kinds.row_of`) of the ``index``-th record over ``files``, counted as ``datasets``
+    does (blank JSON lines skipped); ``record <index>`` when the files do not say."""
     place = _record_place(files, index)
     if place is None:
         return f"record {index}"
     f, lines, left = place
-    return f"{f}:{lines[left]}" if f.suffix == JSON_LINES_SUFFIX else f"{f} record {left}"
+    return f"{f}:{lines[left]}" if f.suffix == JSON_LINES_SUFFIX else row_of(f, left)
 
 
 def record_problem(files: List[Tuple[str, Path]], index: int, column: str, where: str) -> Optional[str]:
@@ -357,7 +360,8 @@ def _record_place(files: List[Tuple[str, Path]], index: int) -> Optional[Tuple[P
 
 
 def _record_lines(f: Path) -> Optional[List[int]]:
-    """1-based line numbers of the records of a JSON-lines file, or ``range(n)`` of a JSON array; None otherwise."""
+    """1-based line numbers of the records of a JSON-lines file, or ``range(n)`` of a JSON array's or a Parquet
+    file's ``n`` rows (its metadata's count); None otherwise."""
     try:
         if f.suffix == JSON_LINES_SUFFIX:
             with open(f, "rb") as fh:
@@ -365,6 +369,10 @@ def _record_lines(f: Path) -> Optional[List[int]]:
         if f.suffix == JSON_SUFFIX:
             rows: Dict[str, Any] = json.loads(f.read_text())
             return list(range(len(rows) if isinstance(rows, list) else 1))
+        if f.suffix == PARQUET_SUFFIX:
+            import pyarrow.parquet as pq  # deferred: only a Parquet file needs it (a dependency of datasets)
+
+            return list(range(pq.ParquetFile(f).metadata.num_rows))
     except (OSError, ValueError):
         return None
     return None

@@ -6,7 +6,8 @@ record that does not decode is named in. :mod:`~torchtune_longshort.data.text_fi
 from __future__ import annotations
 
 import codecs
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Union
 
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
@@ -18,6 +19,13 @@ RECORD_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX)
 # How much of each file a config check decodes before the run (:func:`check_heads`): a file named by mistake (gzip,
 # UTF-16, binary) fails in its first bytes; reading whole corpora is the run's start, not the check's.
 HEAD_BYTES = 1 << 16
+
+
+def row_of(path: Union[str, Path], index: int) -> str:
+    """How every reader names the ``index``-th row of a JSON array or a Parquet file: ``"<path> row <index>"``,
+    counted from 0 as Python indexes the rows (``json.load(f)[index]``, pyarrow's ``table.slice(index, 1)``,
+    pandas' ``iloc``); a JSON line is named ``<path>:<line>`` instead, counted from 1 as an editor counts lines."""
+    return f"{path} row {index}"
 
 
 # The words of a record whose bytes do not decode, and of a compressed file (a recipe's message adds its way on:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.data.file_kinds import (
-    HEAD_BYTES, JSON_LINES_SUFFIX, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, not_text,
+    HEAD_BYTES, JSON_LINES_SUFFIX, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, not_text, row_of,
 )
 from torchtune_longshort.data.replaced_text import decoded_and_said
 
@@ -310,7 +310,7 @@ def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record
         return
     for i, row in enumerate(rows if isinstance(rows, list) else [rows]):
         try:
-            yield text_of_record(row, text_field, f"{f} row {i}", setting)
+            yield text_of_record(row, text_field, row_of(f, i), setting)
         except ValueError as e:
             yield from _bad(str(e), on_bad_record)
 
@@ -351,7 +351,7 @@ def _parquet_rows(f: Path, text_field: str, setting: str, on_bad_record: BadReco
     for batch in pf.iter_batches(columns=[text_field], batch_size=256):
         for value in batch.column(0).to_pylist():
             try:
-                yield row, text_of_record({text_field: value}, text_field, f"{f} row {row}", setting)
+                yield row, text_of_record({text_field: value}, text_field, row_of(f, row), setting)
             except ValueError as e:
                 for got in _bad(str(e), on_bad_record):
                     yield row, got

@@ -24,6 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+from torchtune_longshort.data.file_kinds import row_of
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks import PREFIX
 from torchtune_longshort.eval.tasks.babilong.haystack import DEPTHS, LENGTHS
@@ -156,8 +157,9 @@ def local_files(data_dir: str, length: str, qa: str) -> List[Path]:
 
 
 def _records(path: Path) -> Iterator[Tuple[str, Any]]:
-    """``(where, record)`` of each row of ``path``: a JSON line (``"<path> line N"``; blank lines skipped) or a
-    Parquet row (``"<path> row N"``)."""
+    """``(where, record)`` of each row of ``path``: a JSON line (``"<path> line N"``, from 1; blank lines skipped) or a
+    Parquet row (``"<path> row N"``, from 0, as every reader names it:
+    :func:`torchtune_longshort.data.file_kinds.row_of`)."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq  # deferred: only a hub snapshot needs it (a dependency of datasets)
 
@@ -166,7 +168,7 @@ def _records(path: Path) -> Iterator[Tuple[str, Any]]:
             columns = [c for c in ROW_FIELDS + OPTIONAL_FIELDS if c in pf.schema_arrow.names]
             rows = (r for batch in pf.iter_batches(columns=columns, batch_size=256) for r in batch.to_pylist())
             for i, row in enumerate(rows):
-                yield f"{path} row {i + 1}", row
+                yield row_of(path, i), row
         except Exception as err:  # pyarrow's ArrowInvalid and kin: a torn or mislabelled file
             raise TaskDataError(f"{path}: not a Parquet file pyarrow reads ({type(err).__name__}: {err})") from None
         return
