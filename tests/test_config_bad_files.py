@@ -81,6 +81,8 @@ def test_a_local_text_file_that_does_not_decode_in_its_first_bytes_is_refused_by
     bad.write_bytes(b"x = 1\n" * 100 + b"\xff\n")
     late.write_bytes(b"x = 1\n" * (HEAD_BYTES // 6 + 10) + b"\xff\n")
     rows.write_bytes(b'{"text": "a"}\n' * 3 + b'{"text": "caf\xe9"}\n')
+    early = tmp_path / "early.jsonl"  # a record without its text field before the byte: the run meets it first
+    early.write_bytes(b'{"body": "a"}\n' + b'{"text": "caf\xe9"}\n')
 
     def cfg(path, **extra):
         return make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", dataset={
@@ -95,6 +97,8 @@ def test_a_local_text_file_that_does_not_decode_in_its_first_bytes_is_refused_by
                              rf"record, {encoding}"),
                        (rows, rf"bad.jsonl:4: bytes that are not utf-8 \(invalid continuation byte at byte 13\): "
                               rf"mend the record, {encoding}"),
+                       (early, r"early.jsonl:1: no text field 'text' in the record; its fields are \['body'\]. Set "
+                               r"dataset.text_field to one of them: mend the record"),
                        (packed, r"books.jsonl.gz: a gzip-compressed file, not text: decompress it first .*: read it "
                                 r"with dataset._component_=torchtune_longshort.data.corpus.hf_text \(dataset.source: "
                                 r"json or text, dataset.data_files: the file; datasets decompresses it\)")):

@@ -107,10 +107,13 @@ def check_encoding(encoding: Any, field: str = "encoding") -> None:
 
 
 # What a file is by its first bytes, when it is no text: (magic, what it is, what to do).
-def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD_BYTES) -> None:
+def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD_BYTES, text_field: str = "text",
+                setting: str = "text_field") -> None:
     """The first ``head`` bytes of each of ``files`` decode as ``encoding``; :class:`DataRecordError` in the words
-    the reader uses when it reaches them (``<file>: ...`` / ``<file>:<line>: ...``, the byte in that record). A bad
-    byte past the head is found only when the corpus is read. An ``encoding`` Python does not know is left to the
+    the reader uses when it reaches them (``<file>: ...`` / ``<file>:<line>: ...``, the byte in that record), or,
+    for a JSON-lines file, the reader's words for an earlier line it refuses first (not JSON, no ``text_field``:
+    ``setting`` names it), so the refusal names the first bad record in file order, as the run would. A bad byte
+    past the head is found only when the corpus is read. An ``encoding`` Python does not know is left to the
     reader."""
     try:
         decoder = codecs.getincrementaldecoder(encoding)
@@ -131,6 +134,9 @@ def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD
             if f.suffix == JSON_LINES_SUFFIX:  # the reader decodes line by line and counts from the line's start
                 line = raw.count(b"\n", 0, e.start) + 1
                 where, at = f"{f}:{line}", e.start - (raw.rfind(b"\n", 0, e.start) + 1)
+                for i, before in enumerate(raw.split(b"\n")[:line - 1]):  # the lines the reader meets first
+                    for _ in _json_line(f, before, i, text_field, setting, encoding, None):  # raises at a bad one
+                        pass
             raise DataRecordError(f"{where}: {NOT_DECODED} {encoding} ({e.reason} at byte {at})") from None
 
 

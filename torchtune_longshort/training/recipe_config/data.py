@@ -130,9 +130,10 @@ class DataSourceConfig(ComponentSection):
         if self.args.get(SKIP_BAD_RECORDS):
             return
         suffixes = [*self.args.get("suffixes", TEXT_SUFFIXES), *RECORD_SUFFIXES]
+        field = self.args.get("text_field", inspect.signature(local_text).parameters["text_field"].default)
         try:
             check_heads(resolve_files(self.args["path"], suffixes, f"{where}.path"),
-                        self.args.get("encoding", "utf-8"))
+                        self.args.get("encoding", "utf-8"), text_field=field, setting=f"{where}.text_field")
         except DataRecordError as e:
             raise mend_or_skip(f"{where}.path: {e}", SourceNames(where)) from None
 
