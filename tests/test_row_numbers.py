@@ -60,3 +60,15 @@ def test_babilong_names_a_bad_parquet_row_as_the_text_reader_does(tmp_path):
     with pytest.raises(ValueError) as read:
         list(iter_documents([f]))
     assert _named(str(err.value)) == _named(str(read.value)) and _is_bad_in_file(f, _named(str(err.value)))
+
+
+def test_the_record_locator_names_a_line_of_a_json_file_that_holds_json_lines(tmp_path):
+    """``datasets``' own ``to_json`` writes JSON lines into a ``*.json`` file: the locator once fell back to ``record
+    2`` with no file named; the reference is the 1-based line that holds the bad row, read back from the file."""
+    datasets = pytest.importorskip("datasets")
+    f = tmp_path / "d.json"
+    datasets.Dataset.from_list(_rows()).to_json(str(f))
+    lines = f.read_text().splitlines()
+    assert len(lines) == len(_rows())  # JSON lines, not one array
+    line = next(n for n, raw in enumerate(lines, 1) if json.loads(raw)["text"] is None)
+    assert locate_record([("dataset.data_files", f)], BAD) == f"{f}:{line}"

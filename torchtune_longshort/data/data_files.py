@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.data.file_paths import resolve_files, skipped_links
 from torchtune_longshort.data.file_kinds import (
-    DATA_FILE_SUFFIXES, JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX, row_of,
+    DATA_FILE_SUFFIXES, JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX, holds_json_lines, row_of,
 )
 from torchtune_longshort.data.folder_entry import no_folder
 from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents
@@ -322,8 +322,8 @@ def locate_record(files: List[Tuple[str, Path]], index: int) -> str:
     place = _record_place(files, index)
     if place is None:
         return f"record {index}"
-    f, lines, left = place
-    return f"{f}:{lines[left]}" if f.suffix == JSON_LINES_SUFFIX else row_of(f, left)
+    f, (lines, json_lines), left = place
+    return f"{f}:{lines[left]}" if json_lines else row_of(f, left)
 
 
 def record_problem(files: List[Tuple[str, Path]], index: int, column: str, where: str) -> Optional[str]:
@@ -344,7 +344,7 @@ def record_problem(files: List[Tuple[str, Path]], index: int, column: str, where
     return None
 
 
-def _record_place(files: List[Tuple[str, Path]], index: int) -> Optional[Tuple[Path, List[int], int]]:
+def _record_place(files: List[Tuple[str, Path]], index: int) -> Optional[Tuple[Path, Tuple[List[int], bool], int]]:
     """The file holding the ``index``-th record over ``files`` (counted as ``datasets`` does), its records' lines
     (:func:`_record_lines`) and the record's place among them; None when a file before it does not say its records,
     or ``index`` is past the last."""
@@ -353,26 +353,36 @@ def _record_place(files: List[Tuple[str, Path]], index: int) -> Optional[Tuple[P
         lines = _record_lines(f)
         if lines is None:
             return None
-        if left < len(lines):
+        if left < len(lines[0]):
             return f, lines, left
-        left -= len(lines)
+        left -= len(lines[0])
     return None
 
 
-def _record_lines(f: Path) -> Optional[List[int]]:
-    """1-based line numbers of the records of a JSON-lines file, or ``range(n)`` of a JSON array's or a Parquet
-    file's ``n`` rows (its metadata's count); None otherwise."""
+def _record_lines(f: Path) -> Optional[Tuple[List[int], bool]]:
+    """1-based line numbers of the records of a JSON-lines file (``*.jsonl``, or a ``*.json`` file that holds JSON
+    lines: :func:`~.file_kinds.holds_json_lines`) and True, or ``range(n)`` of a JSON array's or a Parquet file's
+    ``n`` rows (its metadata's count) and False; None otherwise."""
     try:
-        if f.suffix == JSON_LINES_SUFFIX:
-            with open(f, "rb") as fh:
-                return [i + 1 for i, raw in enumerate(fh) if raw.strip()]
         if f.suffix == JSON_SUFFIX:
-            rows: Dict[str, Any] = json.loads(f.read_text())
-            return list(range(len(rows) if isinstance(rows, list) else 1))
+            text = f.read_text()
+            try:
+                rows: Dict[str, Any] = json.loads(text)
+            except json.JSONDecodeError as e:
+                return (_json_line_numbers(f), True) if holds_json_lines(text, e) else None
+            return list(range(len(rows) if isinstance(rows, list) else 1)), False
+        if f.suffix == JSON_LINES_SUFFIX:
+            return _json_line_numbers(f), True
         if f.suffix == PARQUET_SUFFIX:
             import pyarrow.parquet as pq  # deferred: only a Parquet file needs it (a dependency of datasets)
 
-            return list(range(pq.ParquetFile(f).metadata.num_rows))
+            return list(range(pq.ParquetFile(f).metadata.num_rows)), False
     except (OSError, ValueError):
         return None
     return None
+
+
+def _json_line_numbers(f: Path) -> List[int]:
+    """1-based numbers of a JSON-lines file's non-blank lines (``datasets`` skips the blank ones)."""
+    with open(f, "rb") as fh:
+        return [i + 1 for i, raw in enumerate(fh) if raw.strip()]

@@ -6,6 +6,7 @@ record that does not decode is named in. :mod:`~torchtune_longshort.data.text_fi
 from __future__ import annotations
 
 import codecs
+import json
 from pathlib import Path
 from typing import Optional, Union
 
@@ -26,6 +27,13 @@ def row_of(path: Union[str, Path], index: int) -> str:
     counted from 0 as Python indexes the rows (``json.load(f)[index]``, pyarrow's ``table.slice(index, 1)``,
     pandas' ``iloc``); a JSON line is named ``<path>:<line>`` instead, counted from 1 as an editor counts lines."""
     return f"{path} row {index}"
+
+
+def holds_json_lines(text: str, error: json.JSONDecodeError) -> bool:
+    """Whether a ``*.json`` file's ``text``, which ``json.loads`` refused with ``error``, holds JSON lines (what
+    ``datasets``' ``Dataset.to_json`` writes by default, and its ``json`` loader reads): its records are then named
+    ``<file>:<line>`` as in a ``*.jsonl`` file."""
+    return error.msg == "Extra data" and text.lstrip().startswith("{")
 
 
 # The words of a record whose bytes do not decode, and of a compressed file (a recipe's message adds its way on:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.data.file_kinds import (
-    HEAD_BYTES, JSON_LINES_SUFFIX, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, not_text, row_of,
+    HEAD_BYTES, JSON_LINES_SUFFIX, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, holds_json_lines, not_text, row_of,
 )
 from torchtune_longshort.data.replaced_text import decoded_and_said
 
@@ -309,7 +309,7 @@ def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
-        if e.msg == "Extra data" and text.lstrip().startswith("{"):  # JSON lines, as datasets' to_json writes *.json
+        if holds_json_lines(text, e):
             yield from _json_lines_of(f, text, text_field, setting, on_bad_record)
             return
         yield from _bad(Unparsed(f"{f}:{e.lineno}: not JSON ({e.msg})"), on_bad_record)
