@@ -179,12 +179,12 @@ def test_loader_rejects_rows_not_in_babilong_format(tmp_path):
     (tmp_path / "1k").mkdir()
     good = json.dumps({"input": "x", "question": "q", "target": "kitchen"})
     for bad, match in (
-            (json.dumps({"input": "x", "target": "kitchen"}), r"line 2: field\(s\) \['question'\] missing"),
+            (json.dumps({"input": "x", "target": "kitchen"}), r"qa1.jsonl:2: field\(s\) \['question'\] missing"),
             (json.dumps({"input": "x", "question": "q", "target": "kitchen", "length": "4k"}),
-             "line 2: length='4k' but the file is in the '1k' folder"),
-            ("{bad json", r"qa1.jsonl line 2: not a JSON line"), ("[1, 2]", "line 2: a JSON list"),
+             "qa1.jsonl:2: length='4k' but the file is in the '1k' folder"),
+            ("{bad json", r"qa1.jsonl:2: not a JSON line"), ("[1, 2]", "qa1.jsonl:2: a JSON list"),
             (json.dumps({"input": "x", "question": "q", "target": None}),
-             r"line 2: field\(s\) \['target'\] are not strings \(target=None\)")):
+             r"qa1.jsonl:2: field\(s\) \['target'\] are not strings \(target=None\)")):
         (tmp_path / "1k" / "qa1.jsonl").write_text(good + "\n" + bad + "\n")
         with pytest.raises(ValueError, match=match):
             bl.load_babilong("qa1", "1k", str(tmp_path), babilong_missing="error")

@@ -30,7 +30,7 @@ def test_a_babilong_line_that_is_not_utf8_is_named_and_the_length_left_unscored(
     lines = [good.encode(), good.encode().replace(b"Mary went", b"Mary w\xffent"), good.encode()]
     assert [i for i, line in enumerate(lines) if not _decodes(line)] == [1]
     (tmp_path / "0k" / "qa1.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    match = r".*/0k/qa1\.jsonl line 2: not UTF-8 \(invalid start byte\); BABILong files are UTF-8 text, .*"
+    match = r".*/0k/qa1\.jsonl:2: not UTF-8 \(invalid start byte\); BABILong files are UTF-8 text, .*"
     with pytest.raises(ValueError, match=match):
         bl.load_babilong("qa1", "0k", str(tmp_path), babilong_missing="error")
     ds = bl.load_babilong("qa1", "0k,1k", str(tmp_path))["qa1"]  # 1k: no file, its own reason

@@ -26,11 +26,11 @@ def test_a_row_whose_target_no_answer_can_match_is_refused_naming_its_line(tmp_p
     lines = [json.dumps(GOOD[qa]), "", json.dumps(bad)]  # a blank line before it, as the line count must see
     (tmp_path / "0k" / f"{qa}.jsonl").write_text("\n".join(lines) + "\n")
     line = lines.index(json.dumps(bad)) + 1
-    with pytest.raises(TaskDataError, match=rf"{qa}.jsonl line {line}: target={target!r} holds") as e:
+    with pytest.raises(TaskDataError, match=rf"{qa}.jsonl:{line}: target={target!r} holds") as e:
         load_babilong(qa, "0k", str(tmp_path), babilong_missing="error")
     assert "\n" not in str(e.value)
     row = load_babilong(qa, "0k", str(tmp_path))[qa][0]  # the default: that length unscored, with the reason
-    assert row["input"] == "" and f"line {line}" in json.dumps(row)
+    assert row["input"] == "" and f"{qa}.jsonl:{line}" in json.dumps(row)
 
 
 @pytest.mark.parametrize("qa, target", [("qa1", "Kitchen"), ("qa5", "apple,milk")])

@@ -72,3 +72,19 @@ def test_the_record_locator_names_a_line_of_a_json_file_that_holds_json_lines(tm
     assert len(lines) == len(_rows())  # JSON lines, not one array
     line = next(n for n, raw in enumerate(lines, 1) if json.loads(raw)["text"] is None)
     assert locate_record([("dataset.data_files", f)], BAD) == f"{f}:{line}"
+
+
+def test_babilong_names_a_bad_json_line_as_the_text_reader_does(tmp_path):
+    """BABILong's JSON-lines reader said ``<file> line 4``; the text reader says ``<file>:4``. The reference line: the
+    1-based number of the torn line in the file, a blank line before it (counted, as an editor counts it)."""
+    f = tmp_path / "0k" / "qa1.jsonl"
+    f.parent.mkdir()
+    lines = [json.dumps(_rows()[0]), json.dumps(_rows()[1]), "", '{"text": "torn']
+    f.write_text("\n".join(lines) + "\n")
+    line = lines.index('{"text": "torn') + 1
+    with pytest.raises(ValueError) as babilong:
+        bl.load_babilong("qa1", "0k", str(tmp_path), babilong_missing="error")
+    with pytest.raises(ValueError) as read:
+        list(iter_documents([f]))
+    assert str(babilong.value).startswith(f"{f}:{line}: not a JSON line")
+    assert str(read.value).startswith(f"{f}:{line}: not a JSON line")

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.data.file_paths import resolve_files, skipped_links
 from torchtune_longshort.data.file_kinds import (
-    DATA_FILE_SUFFIXES, JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX, holds_json_lines, row_of,
+    DATA_FILE_SUFFIXES, JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX, holds_json_lines, line_of, row_of,
 )
 from torchtune_longshort.data.folder_entry import no_folder
 from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents
@@ -323,7 +323,7 @@ def locate_record(files: List[Tuple[str, Path]], index: int) -> str:
     if place is None:
         return f"record {index}"
     f, (lines, json_lines), left = place
-    return f"{f}:{lines[left]}" if json_lines else row_of(f, left)
+    return line_of(f, lines[left]) if json_lines else row_of(f, left)
 
 
 def record_problem(files: List[Tuple[str, Path]], index: int, column: str, where: str) -> Optional[str]:

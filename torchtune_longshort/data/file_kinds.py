@@ -25,7 +25,7 @@ HEAD_BYTES = 1 << 16
 def row_of(path: Union[str, Path], index: int) -> str:
     """How every reader names the ``index``-th row of a JSON array or a Parquet file: ``"<path> row <index>"``,
     counted from 0 as Python indexes the rows (``json.load(f)[index]``, pyarrow's ``table.slice(index, 1)``,
-    pandas' ``iloc``); a JSON line is named ``<path>:<line>`` instead, counted from 1 as an editor counts lines."""
+    pandas' ``iloc``); a JSON line is named ``<path>:<line>`` instead (:func:`line_of`)."""
     return f"{path} row {index}"
 
 
@@ -34,6 +34,12 @@ def holds_json_lines(text: str, error: json.JSONDecodeError) -> bool:
     ``datasets``' ``Dataset.to_json`` writes by default, and its ``json`` loader reads): its records are then named
     ``<file>:<line>`` as in a ``*.jsonl`` file."""
     return error.msg == "Extra data" and text.lstrip().startswith("{")
+
+
+def line_of(path: Union[str, Path], line: int) -> str:
+    """How every reader names line ``line`` (counted from 1, as an editor counts lines) of a JSON-lines file:
+    ``"<path>:<line>"``, the form of a compiler's or grep's message that editors and terminals open at the line."""
+    return f"{path}:{line}"
 
 
 # The words of a record whose bytes do not decode, and of a compressed file (a recipe's message adds its way on:

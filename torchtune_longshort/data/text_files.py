@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.data.file_kinds import (
-    HEAD_BYTES, JSON_LINES_SUFFIX, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, holds_json_lines, not_text, row_of,
+    HEAD_BYTES, JSON_LINES_SUFFIX, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, holds_json_lines, line_of, not_text,
+    row_of,
 )
 from torchtune_longshort.data.replaced_text import decoded_and_said
 
@@ -133,7 +134,7 @@ def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD
             where, at = str(f), e.start
             if f.suffix == JSON_LINES_SUFFIX:  # the reader decodes line by line and counts from the line's start
                 line = raw.count(b"\n", 0, e.start) + 1
-                where, at = f"{f}:{line}", e.start - (raw.rfind(b"\n", 0, e.start) + 1)
+                where, at = line_of(f, line), e.start - (raw.rfind(b"\n", 0, e.start) + 1)
                 for i, before in enumerate(raw.split(b"\n")[:line - 1]):  # the lines the reader meets first
                     for _ in _json_line(f, before, i, text_field, setting, encoding, None):  # raises at a bad one
                         pass
@@ -283,7 +284,7 @@ def _json_lines(f: Path, text_field: str, setting: str, encoding: str,
 def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encoding: str,
                on_bad_record: BadRecord) -> Iterator[Any]:
     """The document of line ``i`` (``raw``) of a JSON-lines file: none for a blank line."""
-    where = f"{f}:{i + 1}"
+    where = line_of(f, i + 1)
     try:
         line = raw.decode(encoding)
     except UnicodeDecodeError as e:
@@ -328,7 +329,7 @@ def _json_lines_of(f: Path, text: str, text_field: str, setting: str, on_bad_rec
     for i, line in enumerate(text.split("\n")):  # not splitlines: a U+2028 inside a string is no line end
         if not line.strip():
             continue
-        where = f"{f}:{i + 1}"
+        where = line_of(f, i + 1)
         try:
             yield text_of_record(json.loads(line), text_field, where, setting)
         except json.JSONDecodeError as e:

@@ -24,7 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from torchtune_longshort.data.file_kinds import row_of
+from torchtune_longshort.data.file_kinds import line_of, row_of
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks import PREFIX
 from torchtune_longshort.eval.tasks.babilong.haystack import DEPTHS, LENGTHS
@@ -157,7 +157,8 @@ def local_files(data_dir: str, length: str, qa: str) -> List[Path]:
 
 
 def _records(path: Path) -> Iterator[Tuple[str, Any]]:
-    """``(where, record)`` of each row of ``path``: a JSON line (``"<path> line N"``, from 1; blank lines skipped) or a
+    """``(where, record)`` of each row of ``path``: a JSON line (``"<path>:<N>"``, from 1; blank lines skipped:
+    :func:`~torchtune_longshort.data.file_kinds.line_of`) or a
     Parquet row (``"<path> row N"``, from 0, as every reader names it:
     :func:`torchtune_longshort.data.file_kinds.row_of`)."""
     if path.suffix == ".parquet":
@@ -178,12 +179,12 @@ def _records(path: Path) -> Iterator[Tuple[str, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    yield f"{path} line {i + 1}", json.loads(line)
+                    yield line_of(path, i + 1), json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise TaskDataError(f"{path} line {i + 1}: not a JSON line ({err.msg}); BABILong files hold one "
+                    raise TaskDataError(f"{line_of(path, i + 1)}: not a JSON line ({err.msg}); BABILong files hold one "
                                         "JSON object a line") from None
     except UnicodeDecodeError as err:  # it ended the whole run; the text reader decodes ahead, so the line is counted
-        raise TaskDataError(f"{path} line {_line_of_byte(path, err)}: not UTF-8 ({err.reason}); BABILong files are "
+        raise TaskDataError(f"{line_of(path, _line_of_byte(path, err))}: not UTF-8 ({err.reason}); BABILong files are "
                             "UTF-8 text, one JSON object a line: fix or remove that line") from None
 
 

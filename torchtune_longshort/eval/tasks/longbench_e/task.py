@@ -33,6 +33,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from torchtune_longshort.data.file_kinds import line_of
 from torchtune_longshort.eval.model.limits import TRUNCATION_FIELD
 from torchtune_longshort.eval.tasks import PREFIX
 from torchtune_longshort.eval.tasks.common.lengths import round_robin_order
@@ -329,7 +330,7 @@ def _sample_at(source: str, i: int) -> str:
     """Sample ``i`` of ``source``: ``<file>:<line>`` for a local file, ``<source>, sample <i>`` for hub data."""
     if Path(source).is_file():  # datasets skips blank lines: sample i is the i-th line that holds something
         with open(source, "rb") as f:
-            return f"{source}:{[n for n, line in enumerate(f, 1) if line.strip()][i]}"
+            return line_of(source, [n for n, line in enumerate(f, 1) if line.strip()][i])
     return f"{source}, sample {i}"
 
 
