@@ -39,3 +39,21 @@ def test_a_report_dir_beside_the_cells_is_taken(tmp_path):
     t1.out = tmp_path / "X"
     for ok in ("report", "rep", "cells_report"):
         t1.check_report_apart(tmp_path / "X" / ok)
+
+
+@pytest.mark.parametrize("out, report", [("P/cells", "P"), ("P/X", "P"), ("P/Q/X", "P")])
+def test_a_report_dir_that_holds_the_out_is_refused_as_the_studys_is(out, report, tmp_path):
+    """``--out P/cells --report-dir P`` was taken: after every cell the report wrote its copies ``cells/<cell>/
+    result.json`` into the output folder, beside its own ``cells/``. A report folder that holds ``--out`` is refused,
+    by the study's rule (its check refuses the same pair); the reference: pathlib's ``is_relative_to``."""
+    from torchtune_longshort.study.run_configs import check_report_apart
+    from torchtune_longshort.study.table1.runner import Table1
+
+    t1 = Table1.__new__(Table1)
+    t1.out = tmp_path / out
+    assert t1.out.is_relative_to(tmp_path / report) and t1.out != tmp_path / report
+    with pytest.raises(ValueError, match=r"output folder .*, holds it, or lies in its cells/") as err:
+        t1.check_report_apart(tmp_path / report)
+    assert str(err.value).endswith("name another folder (default: <out>/report)")
+    with pytest.raises(ValueError, match="is the study's output folder"):
+        check_report_apart(tmp_path / report, t1.out)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
@@ -128,15 +128,18 @@ def check_outside_base(out: Path, cfg) -> None:
                          f"{str(base)!r}, which every run reads: name a folder outside it")
 
 
-def check_report_apart(report_dir: Path, out: Path) -> None:
-    """``ValueError`` when the report folder is the study's output folder, holds it, or lies in one of the folders
-    the study writes its runs in: the report copies each run's records to ``runs/<key>/`` and clears what an earlier
-    report wrote, so there it deleted the study's own records."""
+def check_report_apart(report_dir: Path, out: Path, own: Sequence[str] = STUDY_WRITES, whose: str = "the study's",
+                       records: str = "a folder of its runs") -> None:
+    """``ValueError`` when the report folder is a command's output folder ``out``, holds it, or lies in one of the
+    ``own`` names it writes there (the study's :data:`STUDY_WRITES`; Table 1 passes its ``cells``), paths resolved (a
+    link to ``out`` is ``out``). The report copies the records into ``runs/<key>/`` (Table 1: ``cells/<key>/``) of its
+    folder: there it replaced the records, nested its copies among them (a report folder that holds an ``--out`` named
+    ``cells`` put them into that output folder) and, the study's report clearing what an earlier one wrote, deleted
+    the study's own records."""
     rep, real = real_path(report_dir), real_path(out)
-    own = [real / name for name in STUDY_WRITES]
-    if rep == real or rep in real.parents or any(o == rep or o in rep.parents for o in own):
-        raise ValueError(f"--report-dir={str(report_dir)!r} is the study's output folder {str(out)!r}, holds it, or "
-                         "lies in a folder of its runs (the report's copies would replace their records): name "
+    if rep == real or rep in real.parents or any(o == rep or o in rep.parents for o in (real / n for n in own)):
+        raise ValueError(f"--report-dir={str(report_dir)!r} is {whose} output folder {str(out)!r}, holds it, or "
+                         f"lies in {records} (the report's copies would replace their records or nest among them): name "
                          "another folder (default: <out>/report)")
 
 

@@ -148,7 +148,10 @@ def _write_tables(rdir: Path, recs: Dict[str, Dict[str, Any]], analysis: Dict[st
 
 def _earlier_report(rdir: Path):
     """What an earlier Table 1 report (or run) wrote in ``rdir``: all of it when its ``summary.json`` is there,
-    else the ``cells/<key>/result.json`` that are cell records (a ``--report-dir`` equal to ``--out``)."""
+    else the ``cells/<key>/result.json`` that are cell records: ``rdir`` is then another Table 1's ``--out``, whose
+    records the report's copies replace (this run's own ``--out`` and its ``cells/`` are refused before:
+    ``Table1.check_report_apart``; a report killed before its summary.json is told by its ``WRITING`` record,
+    ``output_guard.undone_on_failure``)."""
     summary = read_json(rdir / "summary.json")
     if isinstance(summary, dict) and {"analysis", "cells"} <= set(summary):
         return True
@@ -156,7 +159,7 @@ def _earlier_report(rdir: Path):
             if isinstance(rec := read_json(p), dict) and {"key", "status", "spec"} <= set(rec)]
 
 
-# what the report writes into its folder (the cells' copies: a --report-dir that is the cells' own --out keeps them)
+# what the report writes into its folder (the cells' copies among them: never into --out's own cells/, refused before)
 REPORT_WRITES = ("report.md", "summary.json", "results.csv", FIGURE, "cells")
 
 

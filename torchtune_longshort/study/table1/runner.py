@@ -35,7 +35,6 @@ from torchtune_longshort.eval.model.args import parse_model_args
 from torchtune_longshort.eval.report.results_io import (
     load_curves, load_not_scored, load_not_scored_counts, load_run_info, load_stderrs, remove_lm_eval_files,
 )
-from torchtune_longshort.config.inside_input import real_path
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.models.hf_model import build_decoder
 from torchtune_longshort.output_guard import atomic_write_json, atomic_write_text, check_output_folder, read_json
@@ -44,7 +43,7 @@ from torchtune_longshort.provenance import provenance
 from torchtune_longshort.study.config import StudyConfigError
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.portable import places, portable, same_spec
-from torchtune_longshort.study.run_configs import check_only_ours
+from torchtune_longshort.study.run_configs import check_only_ours, check_report_apart
 from torchtune_longshort.study.stages import output_folder, run_command, run_eval
 from torchtune_longshort.study.stop import received, run_until_stopped
 from torchtune_longshort.study.table1.config import Table1Config
@@ -137,14 +136,11 @@ class Table1:
         check_only_ours(self.out, earlier, TABLE1_MARKER, "Table 1")  # a user's folder, `--out .`: not among theirs
 
     def check_report_apart(self, report_dir: Path) -> None:
-        """Refuse a report folder that is the output folder or lies in its :data:`CELLS` (paths resolved, as
-        :mod:`~torchtune_longshort.study.portable` reads ``--out``): the report's copies of the cells' records
-        (``cells/<cell>/result.json``) were written over the study's own, or as a ``cells/cells/`` tree among them."""
-        rep, real = real_path(report_dir), real_path(self.out)
-        if rep == real or rep == real / CELLS or real / CELLS in rep.parents:
-            raise ValueError(f"--report-dir={str(report_dir)!r} is the output folder {str(self.out)!r} or lies in its "
-                             f"{CELLS}/, where the report's copies would replace the cells' records or nest among "
-                             "them: name another folder (default: <out>/report)")
+        """Refuse a report folder that is the output folder, holds it, or lies in its :data:`CELLS`, by the study's
+        rule (:func:`~torchtune_longshort.study.run_configs.check_report_apart`): the report's copies of the cells'
+        records (``cells/<cell>/result.json``) were written over the cells' own, as a ``cells/cells/`` tree among them,
+        or (``--out P/cells --report-dir P``) into the output folder beside its ``cells/``."""
+        check_report_apart(report_dir, self.out, (CELLS,), "Table 1's", f"its {CELLS}/")
 
     def check_report_only(self) -> None:
         """``--report-only`` of a folder no Table 1 ran in (no marker, no ``cells/``: a mistyped ``--out``) is refused,
