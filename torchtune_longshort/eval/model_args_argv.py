@@ -153,8 +153,9 @@ def without_model_args_key(out: List[str], key: str) -> List[str]:
 
 
 def renamed_model_args_key(out: List[str], old: str, new: str) -> List[str]:
-    """``out`` with the first ``--model_args`` token holding ``old`` holding it as ``new`` instead (the value kept,
-    in the token's spelling); ``out`` itself when none holds ``old`` or any already gives ``new``."""
+    """``out`` with every ``--model_args`` token holding ``old`` holding it as ``new`` instead (the values kept, in
+    the tokens' spelling: lm-eval then merges them, the last one winning, as it would ``old``); ``out`` itself when
+    none holds ``old`` or any already gives ``new``."""
     if model_args_value(out, new) is not None or model_args_value(out, old) is None:
         return out
     out = list(out)
@@ -166,5 +167,4 @@ def renamed_model_args_key(out: List[str], old: str, new: str) -> List[str]:
             out[k] = head + _edited(value, lambda d: {(new if n == old else n): v for n, v in d.items()},
                                     lambda items: [new + "=" + i.partition("=")[2] if i.partition("=")[0].strip() == old
                                                    else i for i in items])
-            break
     return out
