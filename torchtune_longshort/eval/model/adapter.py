@@ -53,7 +53,8 @@ from torchtune_longshort.eval.model.batch_size import BatchPlan
 from torchtune_longshort.eval.model.limits import RequestLimits
 from torchtune_longshort.eval.model.memory import out_of_memory_reason
 from torchtune_longshort.eval.model.processes import Processes
-from torchtune_longshort.eval.model.response_cache import answered_through_cache, drop_refusals
+from torchtune_longshort.eval.model.response_cache import (answered_through_cache, cache_identity, claim_cache,
+                                                           drop_refusals)
 from torchtune_longshort.eval.model.scoring import TokenLoglikelihood, forward_hidden, score_continuations
 from torchtune_longshort.hidden_states import decoder_of, project_logprobs
 from torchtune_longshort.provenance import provenance
@@ -87,10 +88,11 @@ class LongShortLM(GenerationRequests, TemplateLM):
         self._chat_name: Optional[str] = None  # the template name chat_template() picked last (None: the default)
 
     def set_cache_hook(self, cache_hook) -> None:
-        """lm-eval's ``--use_cache`` hands its response cache here first: refusals stored by an earlier run are
-        dropped, so a rerun asks them again (:mod:`.response_cache`)."""
+        """lm-eval's ``--use_cache`` hands its response cache here first: one holding another model's answers is
+        refused, refusals stored by an earlier run are dropped, so a rerun asks them again (:mod:`.response_cache`)."""
         super().set_cache_hook(cache_hook)
         if getattr(cache_hook, "dbdict", None) is not None:
+            claim_cache(cache_hook.dbdict, cache_identity(self.args, self.checkpoint_fingerprint))
             drop_refusals(cache_hook.dbdict)
 
     # ------------------------------------------------------------------ lm-eval's data-parallel API

@@ -1,0 +1,45 @@
+"""lm-eval's ``--use_cache`` keys its responses on the request alone: the ``longshort`` model signs the cache and
+refuses one holding another model's answers, which lm-eval would otherwise hand back as its own."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("lm_eval")
+
+from lm_eval.api.instance import Instance  # noqa: E402
+from lm_eval.api.model import CachingLM  # noqa: E402
+from sqlitedict import SqliteDict  # noqa: E402
+
+from torchtune_longshort.eval.model.adapter import LongShortLM  # noqa: E402
+
+TEXTS = [f"def f{i}(x):\n    return x * {i} + {i * i}\n" * 2 for i in range(2)]
+
+
+def _lm(ckpt, tok, **kw) -> LongShortLM:
+    return LongShortLM(checkpoint_dir=str(ckpt), tokenizer=str(tok), device="cpu", **kw)
+
+
+def _requests():
+    return [Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(TEXTS)]
+
+
+def test_another_rope_setting_is_refused_the_first_ones_cached_answers(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    db = str(tmp_path / "c_rank0.db")
+    plain = CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir), db).loglikelihood_rolling(_requests())
+    scaled_lm = _lm(tiny_llama2_dir, sp_tokenizer_dir, rope="linear", rope_factor=2)
+    scaled = scaled_lm.loglikelihood_rolling(_requests(), disable_tqdm=True)  # its own answers, no cache
+    assert all(abs(a - b) > 1e-3 for a, b in zip(plain, scaled))  # replaying the first's would be a wrong number
+    with pytest.raises(ValueError, match=r"^--use_cache: .*c_rank0\.db holds the answers of another model \(rope"):
+        CachingLM(scaled_lm, db)
+    # the same model (another batch size: the same numbers) still reads what it stored
+    again = CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir, batch_size=2), db)
+    assert again.loglikelihood_rolling(_requests()) == plain
+
+
+def test_a_cache_of_unsigned_answers_is_refused(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    db = str(tmp_path / "hf_rank0.db")
+    with SqliteDict(db, autocommit=True) as d:  # what lm-eval's hf model leaves: answers under request hashes only
+        d["0" * 64] = -1.0
+    with pytest.raises(ValueError, match=r"^--use_cache: .*holds 1 answer of an unnamed model"):
+        CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir), db)
