@@ -81,20 +81,24 @@ def test_gen_kwargs_do_sample_in_a_config_file_is_refused_before_lm_eval_starts(
 
 
 def test_use_cache_does_not_replay_a_refusal_after_the_fix(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
-    """lm-eval's --use_cache stored the refused request's NaN with its reason; the rerun with the fix it named
-    (here allow_extrapolation) replayed the NaN. Answers are still replayed, refusals asked again."""
+    """lm-eval's --use_cache stored the refused request's NaN with its reason; a rerun replayed the NaN. Answers are
+    still replayed, refusals asked again. The fix that refusal names (allow_extrapolation, a larger max_length)
+    changes what a truncating task's answers are, so a cache of the model without it is refused, naming the field
+    (503fc356), and the same model asks the refused request again."""
     from lm_eval.api.model import CachingLM
 
     db = str(tmp_path / "cache.db")
     reqs = [Instance("loglikelihood", {}, ("", "x = 1\n" * 60), 0), Instance("loglikelihood", {}, TEXTS[0], 1)]
     first = CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir, max_length=600), db).loglikelihood(reqs)
     assert math.isnan(first[0][0]) and math.isfinite(first[1][0])
-    again = CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir, max_length=600, allow_extrapolation=True), db)
+    with pytest.raises(ValueError, match="allow_extrapolation False there, True here"):
+        CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir, max_length=600, allow_extrapolation=True), db)
+    again = CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir, max_length=600), db)
     calls = []
     asked = again.lm.loglikelihood
     again.lm.loglikelihood = lambda r, **kw: calls.append(len(r)) or asked(r, **kw)
     second = again.loglikelihood(reqs)
-    assert calls == [1] and math.isfinite(second[0][0]) and second[1][0] == first[1][0]
+    assert calls == [1] and math.isnan(second[0][0]) and second[1][0] == first[1][0]
 
 
 def _many_reqs():
