@@ -139,8 +139,8 @@ def check_report_apart(report_dir: Path, out: Path, own: Sequence[str] = STUDY_W
     rep, real = real_path(report_dir), real_path(out)
     if rep == real or rep in real.parents or any(o == rep or o in rep.parents for o in (real / n for n in own)):
         raise ValueError(f"--report-dir={str(report_dir)!r} is {whose} output folder {str(out)!r}, holds it, or "
-                         f"lies in {records} (the report's copies would replace their records or nest among them): name "
-                         "another folder (default: <out>/report)")
+                         f"lies in {records} (the report's copies would replace their records or nest among them): "
+                         "name another folder (default: <out>/report)")
 
 
 def check_report_outside_base(report_dir: Path, cfg) -> None:
