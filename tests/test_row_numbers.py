@@ -88,3 +88,18 @@ def test_babilong_names_a_bad_json_line_as_the_text_reader_does(tmp_path):
         list(iter_documents([f]))
     assert str(babilong.value).startswith(f"{f}:{line}: not a JSON line")
     assert str(read.value).startswith(f"{f}:{line}: not a JSON line")
+
+
+def test_the_record_locator_reads_a_json_array_behind_a_byte_order_mark_as_the_text_reader_does(tmp_path):
+    """An editor's UTF-8 byte-order mark before a JSON array: the text reader drops it and names ``<file> row 2``; the
+    locator parsed the mark, failed and fell back to ``record 2`` with no file named. The reference: the row Python's
+    own ``utf-8-sig`` codec reads back as the bad one."""
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps(_rows()), encoding="utf-8-sig")
+    assert f.read_bytes().startswith(b"\xef\xbb\xbf")
+    with pytest.raises(ValueError) as err:
+        list(iter_documents([f]))
+    located = locate_record([("dataset.data_files", f)], BAD)
+    assert located.startswith(f"{f} row "), located
+    assert _named(located) == _named(str(err.value))
+    assert json.loads(f.read_text(encoding="utf-8-sig"))[_named(located)]["text"] is None

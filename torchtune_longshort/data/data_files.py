@@ -20,7 +20,7 @@ from torchtune_longshort.data.file_kinds import (
     DATA_FILE_SUFFIXES, JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX, holds_json_lines, line_of, row_of,
 )
 from torchtune_longshort.data.folder_entry import no_folder
-from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents
+from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents, without_bom
 
 
 # Those this package's reader (:mod:`~.text_files`) reads again to name a bad record.
@@ -364,8 +364,8 @@ def _record_lines(f: Path) -> Optional[Tuple[List[int], bool]]:
     lines: :func:`~.file_kinds.holds_json_lines`) and True, or ``range(n)`` of a JSON array's or a Parquet file's
     ``n`` rows (its metadata's count) and False; None otherwise."""
     try:
-        if f.suffix == JSON_SUFFIX:
-            text = f.read_text()
+        if f.suffix == JSON_SUFFIX:  # decoded as the text reader decodes it (its default encoding, no BOM)
+            text = without_bom(f.read_bytes().decode("utf-8"), "utf-8")
             try:
                 rows: Dict[str, Any] = json.loads(text)
             except json.JSONDecodeError as e:

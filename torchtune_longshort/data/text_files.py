@@ -245,14 +245,14 @@ def _whole_file(f: Path, text_field: str, setting: str, encoding: str, encoding_
             for got in _bad(Unparsed(f"{f}: {NOT_DECODED} {encoding} ({e.reason} at byte {e.start})"), on_bad_record):
                 yield 0, got
             return
-    text = _without_bom(text, encoding)
+    text = without_bom(text, encoding)
     if json_file:
         yield from enumerate(_json_array(f, text, text_field, setting, on_bad_record))
     else:  # line ends as Python's text mode reads them (the stdlib corpus, datasets' text builder): \r\n, \r -> \n
         yield 0, text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text  # (no copies when none)
 
 
-def _without_bom(text: str, encoding: str) -> str:
+def without_bom(text: str, encoding: str) -> str:
     """``text`` without the UTF-8 byte-order mark an editor may write at a file's start (it is no character of the
     document: ``utf-8-sig`` drops it; a JSON parser refuses it)."""
     if text.startswith("\ufeff") and codecs.lookup(encoding).name == "utf-8":
@@ -292,7 +292,7 @@ def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encod
         yield from _bad(said, on_bad_record)
         return
     if i == 0:
-        line = _without_bom(line, encoding)
+        line = without_bom(line, encoding)
     if not line.strip():
         return
     try:
