@@ -28,7 +28,8 @@ def test_a_byte_that_is_no_utf8_is_named_at_its_column(tmp_path):
     with pytest.raises(UnicodeDecodeError) as own:
         lines[1].decode("utf-8")
     said = _refusal(tmp_path, lines)
-    assert f"trec_e.jsonl: line 2: not UTF-8 ({own.value.reason}: byte b'\\xff' at column {own.value.start + 1})" in said
+    assert f"data {tmp_path / 'trec_e.jsonl'}:2: not UTF-8 ({own.value.reason}: byte b'\\xff' at column " \
+        f"{own.value.start + 1})" in said, said
 
 
 @pytest.mark.parametrize("first", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
@@ -37,14 +38,14 @@ def test_a_bad_line_is_named_past_a_blank_line_and_a_byte_order_mark(tmp_path, f
     bad = next(n for n, line in enumerate(lines, 1) if line.strip() and not _is_json(line))
     assert bad == 4
     said = _refusal(tmp_path, lines)
-    assert f"trec_e.jsonl: line {bad}: not a JSON line" in said, said
+    assert f"data {tmp_path / 'trec_e.jsonl'}:{bad}: not a JSON line" in said, said
 
 
 def test_a_line_that_is_json_but_no_object_is_named(tmp_path):
     lines = [json.dumps(ROW).encode(), json.dumps(["Paris", 3]).encode()]
     kind = type(json.loads(lines[1])).__name__
     said = _refusal(tmp_path, lines)
-    assert f"trec_e.jsonl: line 2: a JSON {kind}, not an object" in said, said
+    assert f"data {tmp_path / 'trec_e.jsonl'}:2: a JSON {kind}, not an object" in said, said
 
 
 def _is_json(line: bytes) -> bool:

@@ -41,7 +41,7 @@ def test_loader_reads_longbench_jsonl_and_checks_fields(tmp_path):
         placeholder = lb.load_longbench_e(f"{name}_e", str(tmp_path))["test"]
         assert len(placeholder) == 1 and re.search(match, lb.reason_of(placeholder[0]))
     (tmp_path / "samsum_e.jsonl").write_text(json.dumps({**row, "dataset": "samsum"}) + "\nnot json\n")
-    with pytest.raises(ValueError, match=r"samsum_e.jsonl: line 2: not a JSON line"):
+    with pytest.raises(ValueError, match=r"samsum_e.jsonl:2: not a JSON line"):
         lb.load_longbench_e("samsum_e", str(tmp_path), longbench_e_missing="error")
 
 
@@ -109,7 +109,7 @@ def test_a_line_that_is_not_utf8_is_named_and_the_run_goes_on(tmp_path):
         lines[1].decode("utf-8")
     assert [line.decode("utf-8") for line in (lines[0], lines[2])]
     (tmp_path / "trec_e.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    match = r"trec_e.jsonl: line 2: not UTF-8 \(invalid start byte: byte b'\\xff' at column \d+\)"
+    match = r"trec_e.jsonl:2: not UTF-8 \(invalid start byte: byte b'\\xff' at column \d+\)"
     with pytest.raises(ValueError, match=match):
         lb.load_longbench_e("trec_e", str(tmp_path), longbench_e_missing="error")
     placeholder = lb.load_longbench_e("trec_e", str(tmp_path))["test"]

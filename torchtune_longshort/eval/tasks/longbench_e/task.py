@@ -260,46 +260,47 @@ def _open_longbench_e(name: str, data_dir: Optional[str], hf_path: str):
         if not raw.strip():  # datasets raised a bare StopIteration on a 0-byte file
             raise TaskDataError(f"LongBench-E data {path} is empty (no rows); LongBench's files hold one JSON "
                                 "object a line: put the data set's rows there or remove the file")
-        undecodable = _not_utf8(raw)
+        undecodable = _not_utf8(path, raw)
         if undecodable:  # pyarrow keeps such a string unchecked, and the first read of it ended the whole run
-            raise TaskDataError(f"LongBench-E data {path}: {undecodable}; LongBench's files are UTF-8 text, one JSON "
+            raise TaskDataError(f"LongBench-E data {undecodable}; LongBench's files are UTF-8 text, one JSON "
                                 "object a line: fix or remove that line")
         try:
             return datasets.load_dataset("json", data_files={"test": str(path)}, split="test"), str(path)
         except Exception as err:  # datasets' own error for a line it cannot parse; said with the line instead
-            raise TaskDataError(f"LongBench-E data {path}: {_unreadable_line(path) or type(err).__name__}; "
+            raise TaskDataError(f"LongBench-E data {_unreadable_line(path) or f'{path}: {type(err).__name__}'}; "
                                 "LongBench's files hold one JSON object a line") from None
     ds = load_hub_dataset(hf_path, name, split="test", alternative=(
         "for local data pass longbench_e_data_dir=<folder of LongBench's <name>_e.jsonl files> in --metadata"))
     return ds, f"{hf_path}:{name}"
 
 
-def _not_utf8(raw: bytes) -> Optional[str]:
-    """Where ``raw`` (a JSON-lines file's bytes) is not UTF-8, said as ``line N: ...``; None if it all is."""
+def _not_utf8(path: Path, raw: bytes) -> Optional[str]:
+    """Where ``raw`` (the bytes of the JSON-lines file ``path``) is not UTF-8, said as ``<path>:<line>: ...``
+    (:func:`~torchtune_longshort.data.file_kinds.line_of`); None if it all is."""
     try:
         raw.decode("utf-8")
         return None
     except UnicodeDecodeError as err:
         line, start = raw.count(b"\n", 0, err.start) + 1, raw.rfind(b"\n", 0, err.start) + 1
         byte = raw[err.start:err.start + 1]
-        return f"line {line}: not UTF-8 ({err.reason}: byte {byte!r} at column {err.start - start + 1})"
+        return f"{line_of(path, line)}: not UTF-8 ({err.reason}: byte {byte!r} at column {err.start - start + 1})"
 
 
 def _unreadable_line(path: Path) -> Optional[str]:
-    """Which line of a JSON-lines file is not a JSON object (or not UTF-8), said as ``line N: why``; None if all
-    are."""
+    """Which line of a JSON-lines file is not a JSON object (or not UTF-8), said as ``<path>:<line>: why``
+    (:func:`~torchtune_longshort.data.file_kinds.line_of`); None if all are."""
     with open(path, "rb") as f:
         for i, raw in enumerate(f):
             try:
                 row = json.loads(raw.decode("utf-8-sig" if i == 0 else "utf-8")) if raw.strip() else {}
             except (UnicodeDecodeError, json.JSONDecodeError) as err:
                 why = err.reason if isinstance(err, UnicodeDecodeError) else err.msg
-                return f"line {i + 1}: not a JSON line ({why})"
+                return f"{line_of(path, i + 1)}: not a JSON line ({why})"
             if not isinstance(row, dict):
-                return f"line {i + 1}: a JSON {type(row).__name__}, not an object"
+                return f"{line_of(path, i + 1)}: a JSON {type(row).__name__}, not an object"
             wrong = [k for k in TEXT_FIELDS if row.get(k) is not None and not isinstance(row[k], str)]
             if wrong:  # pyarrow refuses a column of strings and numbers with no word of the line
-                return f"line {i + 1}: field {wrong[0]!r} is {row[wrong[0]]!r:.60}, not text"
+                return f"{line_of(path, i + 1)}: field {wrong[0]!r} is {row[wrong[0]]!r:.60}, not text"
     return None
 
 
