@@ -8,6 +8,7 @@ one holding only a killed run's lock, and a Table 1's own folder are taken. The 
 from __future__ import annotations
 
 import errno
+import json
 import os
 
 import pytest
@@ -54,3 +55,36 @@ def test_an_empty_folder_or_a_table1s_own_is_taken(tmp_path):
     (own / "notes.txt").write_text("the user's note in a Table 1's folder\n")
     (own / TABLE1_MARKER).write_text("made by torchtune_longshort's Table 1\n")
     _table1(tmp_path, own).check_output()
+
+
+def _files(folder):
+    """Every file under ``folder`` and its bytes (the reference for "nothing written, nothing replaced")."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("made_by", ["marker", "table1_json"])
+def test_a_report_dir_that_is_another_table1s_out_is_refused(made_by, tmp_path):
+    """`--report-only --out P --report-dir Y`, Y another Table 1's --out: exit 0, and the report's copies of P's cell
+    records replaced Y's own cells/<cell>/result.json. Refused now (its marker, or the table1.json of a Table 1
+    before the marker), with nothing under Y changed; a folder holding an earlier report of the study is taken."""
+    other = tmp_path / "Y"
+    (other / "cells" / "a_384").mkdir(parents=True)
+    (other / "cells" / "a_384" / "result.json").write_text(json.dumps(
+        {"key": "a_384", "status": "ok", "spec": {"length": 384}, "mine": "Y's own record"}))
+    if made_by == "marker":
+        (other / TABLE1_MARKER).write_text("made by torchtune_longshort's Table 1\n")
+    else:
+        (other / "table1.json").write_text(json.dumps({"name": "other", "cells": {"a_384": {"status": "ok"}}}))
+    before = _files(other)
+    t1 = _table1(tmp_path, tmp_path / "P")
+    with pytest.raises(ValueError) as e:
+        t1.check_report_apart(other)
+    said = str(e.value)
+    assert said.startswith(f"--report-dir={str(other)!r} ") and "another Table 1's output folder" in said, said
+    assert "name another folder" in said and "\n" not in said, said
+    assert _files(other) == before
+    report = tmp_path / "P" / "report"  # an earlier report of this study: its copies of the records, its summary
+    (report / "cells" / "a_384").mkdir(parents=True)
+    (report / "cells" / "a_384" / "result.json").write_text(json.dumps({"key": "a_384", "status": "ok", "spec": {}}))
+    (report / "summary.json").write_text(json.dumps({"analysis": {}, "cells": {}}))
+    t1.check_report_apart(report)

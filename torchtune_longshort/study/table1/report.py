@@ -148,8 +148,8 @@ def _write_tables(rdir: Path, recs: Dict[str, Dict[str, Any]], analysis: Dict[st
 
 def _earlier_report(rdir: Path):
     """What an earlier Table 1 report (or run) wrote in ``rdir``: all of it when its ``summary.json`` is there,
-    else the ``cells/<key>/result.json`` that are cell records: ``rdir`` is then another Table 1's ``--out``, whose
-    records the report's copies replace (this run's own ``--out`` and its ``cells/`` are refused before:
+    else the ``cells/<key>/result.json`` that are cell records (this run's own ``--out`` and its ``cells/``, and
+    another Table 1's ``--out``, whose records the report's copies replaced, are refused before:
     ``Table1.check_report_apart``; a report killed before its summary.json is told by its ``WRITING`` record,
     ``output_guard.undone_on_failure``)."""
     summary = read_json(rdir / "summary.json")

@@ -54,6 +54,14 @@ CELLS = "cells"  # the folder of --out that holds each cell's own folder (its re
 TABLE1_MARKER = ".longshort_table1"  # the output folder is a Table 1's (written before its first cell)
 
 
+def made_by_a_table1(folder: Path) -> bool:
+    """``folder`` is a Table 1's output folder: its :data:`TABLE1_MARKER`, or the ``table1.json`` of one before it."""
+    if (Path(folder) / TABLE1_MARKER).is_file():
+        return True
+    made = read_json(Path(folder) / "table1.json")
+    return isinstance(made, dict) and {"name", "cells"} <= set(made)
+
+
 def cell_key(variant: str, length: int) -> str:
     """A cell's folder name: ``yarn_16k``."""
     return f"{variant}_{length_label(length)}"
@@ -125,22 +133,20 @@ class Table1:
         if ckpt == real or ckpt in real.parents:
             raise ValueError(f"--out (or the config's output_dir) {str(self.out)!r} lies inside checkpoint_dir="
                              f"{str(self.cfg.checkpoint_dir)!r}, which every cell reads: name a folder outside it")
-
-        def earlier(folder: Path) -> bool:
-            if (folder / TABLE1_MARKER).is_file():
-                return True
-            made = read_json(folder / "table1.json")
-            return isinstance(made, dict) and {"name", "cells"} <= set(made)
-
-        check_output_folder(self.out, "--out (or the config's output_dir)", ["cells", "table1.json"], earlier)
-        check_only_ours(self.out, earlier, TABLE1_MARKER, "Table 1")  # a user's folder, `--out .`: not among theirs
+        check_output_folder(self.out, "--out (or the config's output_dir)", ["cells", "table1.json"], made_by_a_table1)
+        check_only_ours(self.out, made_by_a_table1, TABLE1_MARKER, "Table 1")  # a user's folder, `--out .`: not among theirs
 
     def check_report_apart(self, report_dir: Path) -> None:
         """Refuse a report folder that is the output folder, holds it, or lies in its :data:`CELLS`, by the study's
         rule (:func:`~torchtune_longshort.study.run_configs.check_report_apart`): the report's copies of the cells'
         records (``cells/<cell>/result.json``) were written over the cells' own, as a ``cells/cells/`` tree among them,
-        or (``--out P/cells --report-dir P``) into the output folder beside its ``cells/``."""
+        or (``--out P/cells --report-dir P``) into the output folder beside its ``cells/``; and one that is another
+        Table 1's output folder (:func:`made_by_a_table1`), whose own cells' records the copies replaced."""
         check_report_apart(report_dir, self.out, (CELLS,), "Table 1's", f"its {CELLS}/")
+        if made_by_a_table1(report_dir):
+            raise ValueError(f"--report-dir={str(report_dir)!r} is another Table 1's output folder (its "
+                             f"{TABLE1_MARKER}): the report's copies of the cells' records would replace its own "
+                             f"{CELLS}/<cell>/{RESULT}; name another folder (default: <out>/report)")
 
     def check_report_only(self) -> None:
         """``--report-only`` of a folder no Table 1 ran in (no marker, no ``cells/``: a mistyped ``--out``) is refused,
