@@ -43,3 +43,28 @@ def test_a_cache_of_unsigned_answers_is_refused(tiny_llama2_dir, sp_tokenizer_di
         d["0" * 64] = -1.0
     with pytest.raises(ValueError, match=r"^--use_cache: .*holds 1 answer of an unnamed model"):
         CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir), db)
+
+
+def _run(model, margs, prefix, *more):
+    return ["run", "--model", model, "--model_args", margs, "--tasks", "longshort_ppl", "--device", "cpu",
+            "--use_cache", str(prefix), *more]
+
+
+def test_longshort_eval_refuses_hf_a_cache_the_longshort_model_signed(tiny_llama2_dir, sp_tokenizer_dir, tmp_path):
+    """`longshort-eval run --model longshort ... --use_cache c`, then `--model hf` with the same path: hf never
+    looks at the signature, and lm-eval replayed the longshort model's answers as hf's (exit 0). The wrapper refuses
+    it before lm-eval starts, the file left as it was; hf's own (unsigned) cache is hf's to reuse."""
+    from torchtune_longshort.eval.cli_run import check_arguments
+
+    db = tmp_path / "c_rank0.db"  # lm-eval's evaluator: <use_cache>_rank<rank>.db
+    CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir), str(db)).loglikelihood_rolling(_requests()[:1])
+    before = db.read_bytes()
+    hf = _run("hf", f"pretrained={tiny_llama2_dir}", tmp_path / "c")
+    with pytest.raises(ValueError, match=r"^--use_cache: .*c_rank0\.db holds the answers of a longshort model; .*"
+                                         r"give --model hf its own --use_cache path"):
+        check_arguments(hf)
+    assert db.read_bytes() == before
+    with SqliteDict(str(tmp_path / "h_rank0.db"), autocommit=True) as d:  # what lm-eval's hf leaves
+        d["0" * 64] = -1.0
+    check_arguments(hf[:-1] + [str(tmp_path / "h")])
+

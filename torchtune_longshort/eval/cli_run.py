@@ -233,6 +233,20 @@ def check_arguments(out: List[str]) -> None:
             select_template(chat.chat_template, name, tokenizer)
     if model != "longshort":  # longshort refuses what it does not take itself
         check_other_model_args(given.model_args or {}, model)
+        _check_use_cache(out, model)
+
+
+def _check_use_cache(out: List[str], model: str) -> None:
+    """A ``--use_cache`` whose files a ``longshort`` model signed, refused to another ``model`` (``hf``) before
+    lm-eval starts (:func:`~.model.response_cache.check_cache_files`): lm-eval keys the answers on the request alone,
+    and ``hf`` replayed them as its own."""
+    use_cache = option(out, "--use_cache")
+    if use_cache is None:
+        return
+    # deferred: lm_eval (its CachingLM's hashing; the callers have imported it already)
+    from torchtune_longshort.eval.model.response_cache import check_cache_files
+
+    check_cache_files(use_cache, None, model)
 
 
 class _OneLineParser(ArgumentParser):

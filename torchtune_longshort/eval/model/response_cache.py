@@ -8,14 +8,19 @@ they are asked again.
 lm-eval keys the cache on the request alone, not the model or its arguments: a second checkpoint, RoPE setting or
 dtype given the same ``--use_cache`` path was answered with the first one's numbers. The model signs the cache it
 is handed with what its answers depend on (:func:`cache_identity`) and refuses one signed by another model, or
-holding answers nobody signed (lm-eval's own models do not sign), in one line (:func:`claim_cache`)."""
+holding answers nobody signed (lm-eval's own models do not sign), in one line (:func:`claim_cache`).
+``longshort-eval`` refuses another model (``hf``) a cache a ``longshort`` model signed, before lm-eval starts
+(:func:`check_cache_files`)."""
 
 from __future__ import annotations
 
+import glob
 import logging
-from typing import Any, Callable, Dict, Iterable, List, MutableMapping
+import sqlite3
+from typing import Any, Callable, Dict, Iterable, List, Mapping, MutableMapping, Optional
 
 from lm_eval.api.model import hash_args
+from sqlitedict import SqliteDict
 
 from torchtune_longshort.data.file_paths import file_digests
 from torchtune_longshort.eval.tasks.common.unavailable import refusal_of
@@ -40,22 +45,56 @@ def cache_identity(args: Any, checkpoint_fingerprint: str) -> Dict[str, Any]:
 
 def claim_cache(cache: MutableMapping[str, Any], identity: Dict[str, Any]) -> None:
     """Sign ``cache`` (lm-eval's ``SqliteDict`` of responses) with ``identity``, or raise ``ValueError`` (one line)
-    when it holds answers of another model: lm-eval would hand them back as this model's."""
-    owner = cache.get(OWNER_KEY)
-    where = getattr(cache, "filename", "the cache")
-    fix = (f"lm-eval keys its cache on the request alone, so they would be replayed as this model's: give this model "
-           f"its own --use_cache path (or delete {where})")
-    if owner is None and len(cache):
-        raise ValueError(f"--use_cache: {where} holds {counted(len(cache), 'answer')} of an unnamed model "
-                         f"(lm-eval's own models do not sign their cache, nor did longshort-eval before); {fix}")
-    if owner is not None and owner != identity:
-        diff = "; ".join(f"{k} {owner.get(k)!r} there, {v!r} here" for k, v in identity.items() if owner.get(k) != v)
-        raise ValueError(f"--use_cache: {where} holds the answers of another model ({diff}); {fix}")
-    if owner is None:
+    when it holds answers of another model (:func:`owner_refusal`): lm-eval would hand them back as this model's."""
+    why = owner_refusal(cache, identity)
+    if why:
+        raise ValueError(why)
+    if cache.get(OWNER_KEY) is None:
         cache[OWNER_KEY] = identity
         commit = getattr(cache, "commit", None)
         if commit is not None:
             commit()
+
+
+def owner_refusal(cache: Mapping[str, Any], identity: Optional[Dict[str, Any]], model: str = "longshort"
+                  ) -> Optional[str]:
+    """Why ``cache`` may not be handed to the model whose answers depend on ``identity`` (:func:`cache_identity`),
+    or, with ``identity`` None, to lm-eval's ``model`` (which signs nothing), in one line; None when it may. A
+    ``longshort`` model is refused a cache signed by another one or holding unsigned answers; any other model one
+    signed by a ``longshort`` model."""
+    owner = cache.get(OWNER_KEY)
+    where = getattr(cache, "filename", "the cache")
+    whose = "this model" if identity is not None else f"--model {model}"
+    fix = (f"lm-eval keys its cache on the request alone, so they would be replayed as {whose}'s: give {whose} "
+           f"its own --use_cache path (or delete {where})")
+    if identity is None:
+        return None if owner is None else f"--use_cache: {where} holds the answers of a longshort model; {fix}"
+    if owner is None and len(cache):
+        return (f"--use_cache: {where} holds {counted(len(cache), 'answer')} of an unnamed model (lm-eval's own "
+                f"models do not sign their cache, nor did longshort-eval before); {fix}")
+    if owner is not None and owner != identity:
+        diff = "; ".join(f"{k} {owner.get(k)!r} there, {v!r} here" for k, v in identity.items() if owner.get(k) != v)
+        return f"--use_cache: {where} holds the answers of another model ({diff}); {fix}"
+    return None
+
+
+def check_cache_files(use_cache: str, identity: Optional[Dict[str, Any]], model: str) -> None:
+    """Before lm-eval starts (and before the model loads): raise ``ValueError`` with :func:`owner_refusal`'s line
+    for each response cache ``--use_cache <use_cache>`` would hand the run that exists already. lm-eval's evaluator
+    opens ``<use_cache>_rank<N>.db``, ``N`` the process's rank: each is checked, opened read-only (nothing is
+    created or signed). A file that is no such cache is left to lm-eval."""
+    for path in sorted(glob.glob(glob.escape(use_cache) + "_rank*.db")):
+        if not path[len(use_cache) + len("_rank"):-len(".db")].isdigit():
+            continue
+        try:
+            if not SqliteDict.get_tablenames(path):
+                continue
+            with SqliteDict(path, flag="r") as cache:
+                why = owner_refusal(cache, identity, model)
+        except (OSError, RuntimeError, sqlite3.Error):  # not a cache lm-eval would read: its own error
+            continue
+        if why:
+            raise ValueError(why)
 
 
 def drop_refusals(cache: MutableMapping[str, Any]) -> int:
