@@ -68,3 +68,25 @@ def test_longshort_eval_refuses_hf_a_cache_the_longshort_model_signed(tiny_llama
         d["0" * 64] = -1.0
     check_arguments(hf[:-1] + [str(tmp_path / "h")])
 
+
+def test_longshort_eval_refuses_another_models_cache_before_the_model_loads(tiny_llama2_dir, sp_tokenizer_dir,
+                                                                           tmp_path):
+    """The model refused another model's cache only once it had loaded (lm-eval hands it the cache then); the
+    wrapper now compares the identity the model signs with, computed from --model_args without reading a weight,
+    before lm-eval starts: nothing is created or signed, and the model that signed the cache still runs with it."""
+    from torchtune_longshort.eval.cli_run import check_arguments
+
+    db = tmp_path / "c_rank0.db"
+    CachingLM(_lm(tiny_llama2_dir, sp_tokenizer_dir, rope="linear", rope_factor=2), str(db))  # signs it
+    before = db.read_bytes()
+    plain = f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}"
+    with pytest.raises(ValueError, match=r"^--use_cache: .*c_rank0\.db holds the answers of another model \(rope"):
+        check_arguments(_run("longshort", plain, tmp_path / "c"))
+    assert db.read_bytes() == before
+    check_arguments(_run("longshort", plain + ",rope=linear,rope_factor=2", tmp_path / "c", "--batch_size", "2"))
+    with SqliteDict(str(tmp_path / "h_rank0.db"), autocommit=True) as d:  # unsigned answers (lm-eval's hf)
+        d["0" * 64] = -1.0
+    with pytest.raises(ValueError, match=r"^--use_cache: .*h_rank0\.db holds 1 answer of an unnamed model"):
+        check_arguments(_run("longshort", plain, tmp_path / "h"))
+    check_arguments(_run("longshort", plain, tmp_path / "new"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c_rank0.db", "h_rank0.db"]  # nothing created

@@ -210,6 +210,7 @@ def check_arguments(out: List[str]) -> None:
             passed["trust_remote_code"] = True
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
         check_model_fits(args)  # a length whose RoPE tables no memory holds (meta build: nothing allocated)
+        _check_use_cache(out, model, args)
         why = not_greedy(given.gen_kwargs or {})  # sampling, beams, penalties: hf's generate honours them
         if why and any(generates(n) for n in task_names(out)):
             raise ValueError(f"--gen_kwargs {why}")
@@ -233,20 +234,21 @@ def check_arguments(out: List[str]) -> None:
             select_template(chat.chat_template, name, tokenizer)
     if model != "longshort":  # longshort refuses what it does not take itself
         check_other_model_args(given.model_args or {}, model)
-        _check_use_cache(out, model)
+        _check_use_cache(out, model, None)
 
 
-def _check_use_cache(out: List[str], model: str) -> None:
-    """A ``--use_cache`` whose files a ``longshort`` model signed, refused to another ``model`` (``hf``) before
-    lm-eval starts (:func:`~.model.response_cache.check_cache_files`): lm-eval keys the answers on the request alone,
-    and ``hf`` replayed them as its own."""
+def _check_use_cache(out: List[str], model: str, args: Optional[Any]) -> None:
+    """A ``--use_cache`` whose files hold another model's answers, refused before the model loads
+    (:func:`~.model.response_cache.check_cache_files`): lm-eval keys them on the request alone and replays them.
+    ``args``: the ``longshort`` model's parsed arguments, whose identity (the checkpoint fingerprint: file sizes and
+    times, no weight read) is the one the model signs with; None for another model, refused a cache one signed."""
     use_cache = option(out, "--use_cache")
     if use_cache is None:
         return
     # deferred: lm_eval (its CachingLM's hashing; the callers have imported it already)
-    from torchtune_longshort.eval.model.response_cache import check_cache_files
+    from torchtune_longshort.eval.model.response_cache import cache_identity, check_cache_files
 
-    check_cache_files(use_cache, None, model)
+    check_cache_files(use_cache, None if args is None else cache_identity(args, args.folder.fingerprint()), model)
 
 
 class _OneLineParser(ArgumentParser):

@@ -9,8 +9,8 @@ lm-eval keys the cache on the request alone, not the model or its arguments: a s
 dtype given the same ``--use_cache`` path was answered with the first one's numbers. The model signs the cache it
 is handed with what its answers depend on (:func:`cache_identity`) and refuses one signed by another model, or
 holding answers nobody signed (lm-eval's own models do not sign), in one line (:func:`claim_cache`).
-``longshort-eval`` refuses another model (``hf``) a cache a ``longshort`` model signed, before lm-eval starts
-(:func:`check_cache_files`)."""
+``longshort-eval`` runs the same comparison on the cache files before lm-eval starts (:func:`check_cache_files`),
+and refuses another model (``hf``) a cache a ``longshort`` model signed."""
 
 from __future__ import annotations
 
