@@ -4,6 +4,7 @@ typo gets "did you mean"; a run ends with one line counting the unscored metrics
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 import sys
@@ -126,6 +127,9 @@ def test_a_tilde_in_a_path_option_after_an_equals_sign_is_the_home_folder(tmp_pa
     out = lm_eval_argv(["run", "--tasks", "longshort_ppl", "--device", "cpu", "--config=~/ev.yaml"])
     assert option(out, "--config") == f"{home}/ev.yaml" and option(out, "--output_path") == f"{home}/from_yaml"
     assert not (tmp_path / "~").exists()
+    # `--use_cache=~/c`: lm-eval opened the sqlite file "~/c_rank0.db" under the working directory
+    out = lm_eval_argv(["run", "--tasks", "longshort_ppl", "--device", "cpu", "--use_cache=~/c"])
+    assert option(out, "--use_cache") == os.path.expanduser("~/c") == f"{home}/c"
     # `-o=DIR` is DIR, as lm-eval's argparse reads it: the wrapper passed "=DIR" (a folder named "=" was made)
     from torchtune_longshort.eval.cli_argv import canonical_options
 

@@ -233,7 +233,7 @@ def canonical_options(args: Sequence[str]) -> List[str]:
 
 # lm-eval's options that name a path, which lm-eval reads as given: `--output_path=~/ev` (no shell expands a tilde
 # after "=") made a folder named "~" in the working directory, after this wrapper had checked the home folder's
-PATH_OPTIONS = ("--output_path", "--include_path", "--config")
+PATH_OPTIONS = ("--output_path", "--include_path", "--config", "--use_cache")
 # the --model_args keys that name a path: `--model_args dtype=float32,pretrained=~/run/step_2` (no shell expands a
 # tilde after a second "=") reached transformers as the hub name '~/run/step_2' (a traceback, exit 1) and the
 # longshort model as a folder that is not there
