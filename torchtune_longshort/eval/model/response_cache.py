@@ -73,9 +73,22 @@ def owner_refusal(cache: Mapping[str, Any], identity: Optional[Dict[str, Any]], 
         return (f"--use_cache: {where} holds {counted(len(cache), 'answer')} of an unnamed model (lm-eval's own "
                 f"models do not sign their cache, nor did longshort-eval before); {fix}")
     if owner is not None and owner != identity:
-        diff = "; ".join(f"{k} {owner.get(k)!r} there, {v!r} here" for k, v in identity.items() if owner.get(k) != v)
-        return f"--use_cache: {where} holds the answers of another model ({diff}); {fix}"
+        return f"--use_cache: {where} holds the answers of another model ({_differences(owner, identity)}); {fix}"
     return None
+
+
+def _differences(owner: Any, identity: Dict[str, Any]) -> str:
+    """What differs between the signature ``owner`` found in a cache and ``identity``, field by field; a field only
+    one of them holds (a cache signed by a longshort-eval that signed other fields) is said to be unrecorded."""
+    if not isinstance(owner, Mapping):
+        return f"signed {owner!r:.60}, no longshort-eval signature"
+
+    def said(where: Mapping[str, Any], key: str) -> str:
+        return repr(where[key]) if key in where else "not recorded"
+
+    keys = [*identity, *(k for k in owner if k not in identity)]
+    return "; ".join(f"{k} {said(owner, k)} there, {said(identity, k)} here" for k in keys
+                     if k not in owner or k not in identity or owner[k] != identity[k])
 
 
 def check_cache_files(use_cache: str, identity: Optional[Dict[str, Any]], model: str) -> None:
