@@ -51,15 +51,24 @@ def test_a_refused_resume_leaves_every_file_as_it_was(tiny_finished_run, sp_toke
     assert _contents(run) == contents  # torchtune_config.yaml, logs/.longshort_files: the same bytes
 
 
-def test_a_resume_refuses_a_logs_link_and_writes_nothing_through_it(tiny_finished_run, sp_tokenizer_dir, tmp_path):
+@pytest.mark.parametrize("spelled", ["interpolated", "through_a_linked_parent"])
+def test_a_resume_refuses_a_logs_link_and_writes_nothing_through_it(tiny_finished_run, sp_tokenizer_dir, tmp_path,
+                                                                     spelled):
     """``<run>/logs`` a symbolic link to a folder of the user's: ``overwrite_output_dir=True`` refused it ("it holds
     'logs', which this recipe did not write"), but ``resume=True`` wrote a new ``log_<time>.txt`` through it into the
     user's folder. Now the resume is refused naming the link, before any write: the run and the user's folder are as
-    they were, the link still a link."""
+    they were, the link still a link. So is a ``metric_logger.log_dir`` spelled out through a link to a folder above
+    the run (``/tmp/run/logs`` on macOS, where ``/tmp`` is a link): it was compared with the resolved run folder and
+    let through (the reference: ``os.path.realpath`` of its parent is the run)."""
     import os
 
     from torchtune_longshort.recipes.longshort_finetune import LongShortFinetuneRecipe
 
+    over = {}
+    if spelled == "through_a_linked_parent":
+        (tmp_path / "via").symlink_to(tmp_path, target_is_directory=True)
+        over = {"metric_logger.log_dir": str(tmp_path / "via" / "run" / "logs")}
+        assert os.path.realpath(tmp_path / "via" / "run") == os.path.realpath(tmp_path / "run")
     run, mine = tmp_path / "run", tmp_path / "mine"
     shutil.copytree(tiny_finished_run, run, symlinks=True)
     shutil.rmtree(run / "logs")
@@ -71,5 +80,5 @@ def test_a_resume_refuses_a_logs_link_and_writes_nothing_through_it(tiny_finishe
                                               r"metric_logger\.log_dir='\S+/run/logs' \(a folder of the run's\): move "
                                               r"it out of \S+/run, then resume \(a fresh logs/ is started\)$"):
         LongShortFinetuneRecipe(tiny_cfg(run, sp_tokenizer_dir, max_steps=3, resume=True,
-                                         **{"loss.alpha": 0.0})).setup()
+                                         **{"loss.alpha": 0.0, **over})).setup()
     assert stat_tree(run) == before and os.path.islink(run / "logs") and sorted(os.listdir(mine)) == listed

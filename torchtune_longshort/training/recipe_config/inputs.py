@@ -170,9 +170,12 @@ def check_overwrite(config: RecipeConfig, as_written: Optional[Mapping[str, Opti
 def _refuse_linked_folders(out: Path, folders) -> None:
     """A resume's: a folder the run writes into (``(field, path as the config writes it)``) that lies inside ``out``
     through a symbolic link at its top (a ``logs`` link to a user's folder) is refused, as the overwrite refuses that
-    link: the resumed run wrote its ``log_<time>.txt`` through it into the user's folder."""
+    link: the resumed run wrote its ``log_<time>.txt`` through it into the user's folder. ``out`` is resolved; the
+    written path's folders above the entry are resolved before they are compared with it (a path spelled through a
+    link to a folder above the run, as ``/tmp`` is on macOS, names the same entry)."""
     for field, written in folders:
-        entry = out / written.relative_to(out).parts[0] if written is not None and out in written.parents else None
+        entry = next((p for p in ([written, *written.parents] if written is not None else ())
+                      if p.parent != p and p.parent.resolve() == out), None)
         if entry is not None and entry.is_symlink():
             raise FileExistsError(
                 f"resume=True: {entry} is a symbolic link, where the recipe writes {field}={str(written)!r} (a "
