@@ -134,7 +134,8 @@ class Table1:
             raise ValueError(f"--out (or the config's output_dir) {str(self.out)!r} lies inside checkpoint_dir="
                              f"{str(self.cfg.checkpoint_dir)!r}, which every cell reads: name a folder outside it")
         check_output_folder(self.out, "--out (or the config's output_dir)", ["cells", "table1.json"], made_by_a_table1)
-        check_only_ours(self.out, made_by_a_table1, TABLE1_MARKER, "Table 1")  # a user's folder, `--out .`: not among theirs
+        # a user's folder, `--out .`: not among theirs
+        check_only_ours(self.out, made_by_a_table1, TABLE1_MARKER, "Table 1")
 
     def check_report_apart(self, report_dir: Path) -> None:
         """Refuse a report folder that is the output folder, holds it, or lies in its :data:`CELLS`, by the study's
