@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import logging
 import sqlite3
+from contextlib import closing
 from typing import Any, Callable, Dict, Iterable, List, Mapping, MutableMapping, Optional
 
 from lm_eval.api.model import hash_args
@@ -91,19 +92,31 @@ def _differences(owner: Any, identity: Dict[str, Any]) -> str:
                      if k not in owner or k not in identity or owner[k] != identity[k])
 
 
-def check_cache_files(use_cache: str, identity: Optional[Dict[str, Any]], model: str) -> None:
+def check_cache_files(use_cache: str, identity: Optional[Dict[str, Any]], model: str,
+                      busy_timeout: float = 5.0) -> None:
     """Before lm-eval starts (and before the model loads): raise ``ValueError`` with :func:`owner_refusal`'s line
     for each response cache ``--use_cache <use_cache>`` would hand the run that exists already. lm-eval's evaluator
     opens ``<use_cache>_rank<N>.db``, ``N`` the process's rank: each is checked, opened read-only (nothing is
-    created or signed). A file that is no such cache is left to lm-eval."""
+    created or signed). A file that is no such cache is left to lm-eval; one another process holds locked past
+    ``busy_timeout`` seconds (a run given the same path, writing it) is refused: it was taken for no cache, and
+    its owner never compared. Under ``torchrun`` / ``accelerate launch`` every process runs this check as it starts,
+    before its model loads, but nothing makes the others wait for it (torch's process group forms without a
+    barrier): a faster rank's model may be signing or storing in its own file already. Those writes (lm-eval's
+    autocommit, one per answer) hold the lock for milliseconds, so the check waits for them and reads the file."""
     for path in sorted(glob.glob(glob.escape(use_cache) + "_rank*.db")):
         if not path[len(use_cache) + len("_rank"):-len(".db")].isdigit():
             continue
         try:
-            if not SqliteDict.get_tablenames(path):
-                continue
+            with closing(sqlite3.connect(path, timeout=busy_timeout)) as conn:  # SqliteDict.get_tablenames's read
+                if not conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+                    continue
             with SqliteDict(path, flag="r") as cache:
                 why = owner_refusal(cache, identity, model)
+        except sqlite3.OperationalError as e:
+            if getattr(e, "sqlite_errorname", "") != "SQLITE_BUSY":
+                continue  # not a cache lm-eval would read: its own error
+            why = (f"--use_cache: {path} is in use by another process (a run given the same --use_cache path holds "
+                   f"it locked); wait for that run to end, or give this run its own --use_cache path")
         except (OSError, RuntimeError, sqlite3.Error):  # not a cache lm-eval would read: its own error
             continue
         if why:
