@@ -170,6 +170,27 @@ def test_variants_that_cluster_keep_every_marker_visible(tmp_path, tiny_llama2_d
     assert titles[0].endswith("on one spot: dyn, llama3; ntk, yarn, parts") and titles[2].endswith(titles[0][-29:])
 
 
+def test_the_key_of_a_one_length_figure_lies_inside_it(tmp_path, tiny_llama2_dir):
+    """One length (one column of panels) and the shipped config's 8 variant names: the key, in one row of 8, ran
+    off both sides of the page (the 12k report of 2026-12-07 showed "pi" to "ntk_by"). Every name lies inside the
+    figure, by matplotlib's own extents, and no two overlap."""
+    from torchtune_longshort.study.table1.config import load_table1_config
+    from torchtune_longshort.study.table1.figure import figure
+
+    names = list(load_table1_config(str(CONFIG)).variants)
+    assert len(names) == 8 and "ntk_by_parts" in names
+    cfg = build_section(Table1Config, {
+        "name": "planted", "checkpoint_dir": str(tiny_llama2_dir), "L0": 256, "lengths": [384],
+        "variants": {v: {"method": "linear"} for v in names}, "output_dir": str(tmp_path / "out")})
+    recs = {cell_key(v, 384): _rec(v, 384, x, p, a) for v, x, p, a in zip(names, SCE, PPL, ACC)}
+    fig = draw(figure(cfg, analyze(recs, [384])))
+    (key,) = fig.legends
+    assert [t.get_text() for t in key.get_texts()] == names
+    no_overlap(key.get_texts(), fig.canvas.get_renderer())
+    for t in key.get_texts():
+        inside_figure(fig, t)
+
+
 @pytest.mark.slow
 def test_quick_run_on_the_real_model_then_a_rerun_skips_every_cell(tmp_path, real_model_dir):
     """``--quick`` as shipped: SmolLM2 (L0 64 pretended) under 4 RoPE variants at 96 tokens, each cell a

@@ -20,6 +20,9 @@ from torchtune_longshort.study.table1.config import Table1Config
 
 FIGURE = "metric_vs_performance.png"
 _PANEL_IN = (4.6, 3.6)  # inches per panel (width, height)
+# names in one row of the key per column of panels: 8 in one row ran off both sides of a one-length figure
+# (`ntk_by_parts`, `dynamic_ntk`: the 2026-12-07 12k report's key began at "pi" and ended at "ntk_by")
+_KEY_PER_PANEL = 4
 
 
 def _why_no_points(rows: List[Dict[str, Any]], tid: str) -> str:
@@ -66,8 +69,8 @@ def figure(cfg: Table1Config, analysis: Dict[str, Any]) -> Figure:
             ax.set_ylabel(tlabel, fontsize=8)
     if handles:  # one key for every panel, under them: variants that cluster keep their names legible
         order = sorted(handles, key=lambda n: names.index(n) if n in names else len(names))
-        fig.legend([handles[n] for n in order], order, loc="outside lower center", ncols=min(len(order), 8),
-                   fontsize=8, frameon=False)
+        fig.legend([handles[n] for n in order], order, loc="outside lower center",
+                   ncols=min(len(order), _KEY_PER_PANEL * len(entries)), fontsize=8, frameon=False)
     mark_quick(fig, cfg.quick)
     return fig
 
