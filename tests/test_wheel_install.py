@@ -197,7 +197,10 @@ def test_eval_lm_eval_and_report_from_the_wheel(wheel, main_job):
                           "--tasks", "longshort_ppl", "--metadata", META, "--output_path", "res/ours"]),
                "longshort-eval")
     assert "fatal: not a git repository" not in ours.stderr + ours.stdout  # lm-eval's git call, quiet outside git
-    assert ours.stdout.strip().splitlines()[-1] == "[longshort-eval] 3 metrics scored, none unscored"
+    # the closing line names the results file lm-eval wrote (37b9e38f), a file there under the run's folder
+    closing, named = ours.stdout.strip().splitlines()[-1].split("; results: ")
+    assert closing == "[longshort-eval] 3 metrics scored, none unscored"
+    assert (wheel.work / named).is_file() and Path(named).parts[:2] == ("res", "ours")
     # the pack's INFO line in lm-eval's console format, once (before: never printed; its warnings came bare)
     assert len(re.findall(r"(?m)^\S+ INFO     \[torchtune_longshort\.eval\.model\.args:\d+\] CPU: glibc keeps",
                           ours.stderr)) == 1, ours.stderr
@@ -205,6 +208,7 @@ def test_eval_lm_eval_and_report_from_the_wheel(wheel, main_job):
 
     results = next((wheel.work / "res/ours").rglob("results_*.json"))
     assert results.parent.name == sanitize_model_name(str(step))  # checkpoint_dir= names the folder as hf's does
+    assert results == wheel.work / named
     # stock lm-eval, the README's command as written; the hf model cannot run the misalignment task: NaN, with why
     _ok(wheel.shell(f"lm_eval run --model hf --model_args pretrained={step},dtype=float32 --device cpu "
                          f"--include_path \"$(longshort-eval tasks-path)\" --tasks longshort_ppl,longshort_misalignment "
