@@ -18,10 +18,10 @@ import glob
 import logging
 import sqlite3
 from contextlib import closing
-from typing import Any, Callable, Dict, Iterable, List, Mapping, MutableMapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple
 
+import sqlitedict
 from lm_eval.api.model import hash_args
-from sqlitedict import SqliteDict
 
 from torchtune_longshort.data.file_paths import file_digests
 from torchtune_longshort.eval.tasks.common.unavailable import refusal_of
@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 # the cache's entry naming the model whose answers it holds; never a request's key (a sha256 hex digest)
 OWNER_KEY = "longshort-eval: model"
+CACHE_TABLE = "unnamed"  # the table of lm-eval's SqliteDict(path, autocommit=True): SqliteDict's default tablename
 
 
 def cache_identity(args: Any, checkpoint_fingerprint: str) -> Dict[str, Any]:
@@ -63,15 +64,18 @@ def owner_refusal(cache: Mapping[str, Any], identity: Optional[Dict[str, Any]], 
     or, with ``identity`` None, to lm-eval's ``model`` (which signs nothing), in one line; None when it may. A
     ``longshort`` model is refused a cache signed by another one or holding unsigned answers; any other model one
     signed by a ``longshort`` model."""
-    owner = cache.get(OWNER_KEY)
-    where = getattr(cache, "filename", "the cache")
+    return _refusal(cache.get(OWNER_KEY), len(cache), getattr(cache, "filename", "the cache"), identity, model)
+
+
+def _refusal(owner: Any, size: int, where: str, identity: Optional[Dict[str, Any]], model: str) -> Optional[str]:
+    """:func:`owner_refusal` of a cache at ``where`` signed ``owner`` (None: unsigned) holding ``size`` entries."""
     whose = "this model" if identity is not None else f"--model {model}"
     fix = (f"lm-eval keys its cache on the request alone, so they would be replayed as {whose}'s: give {whose} "
            f"its own --use_cache path (or delete {where})")
     if identity is None:
         return None if owner is None else f"--use_cache: {where} holds the answers of a longshort model; {fix}"
-    if owner is None and len(cache):
-        return (f"--use_cache: {where} holds {counted(len(cache), 'answer')} of an unnamed model (lm-eval's own "
+    if owner is None and size:
+        return (f"--use_cache: {where} holds {counted(size, 'answer')} of an unnamed model (lm-eval's own "
                 f"models do not sign their cache, nor did longshort-eval before); {fix}")
     if owner is not None and owner != identity:
         return f"--use_cache: {where} holds the answers of another model ({_differences(owner, identity)}); {fix}"
@@ -107,11 +111,10 @@ def check_cache_files(use_cache: str, identity: Optional[Dict[str, Any]], model:
         if not path[len(use_cache) + len("_rank"):-len(".db")].isdigit():
             continue
         try:
-            with closing(sqlite3.connect(path, timeout=busy_timeout)) as conn:  # SqliteDict.get_tablenames's read
-                if not conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
-                    continue
-            with SqliteDict(path, flag="r") as cache:
-                why = owner_refusal(cache, identity, model)
+            signed = _read_signature(path, busy_timeout)
+            if signed is None:
+                continue
+            why = _refusal(*signed, path, identity, model)
         except sqlite3.OperationalError as e:
             if getattr(e, "sqlite_errorname", "") != "SQLITE_BUSY":
                 continue  # not a cache lm-eval would read: its own error
@@ -121,6 +124,20 @@ def check_cache_files(use_cache: str, identity: Optional[Dict[str, Any]], model:
             continue
         if why:
             raise ValueError(why)
+
+
+def _read_signature(path: str, busy_timeout: float) -> Optional[Tuple[Any, int]]:
+    """The owner (None: unsigned) and the number of entries of the response cache at ``path``, read through one
+    sqlite connection that waits ``busy_timeout`` seconds for a lock; None when it holds no table lm-eval's
+    ``SqliteDict`` reads. Not through ``SqliteDict(path, flag="r")``: its thread opens a second connection with its
+    own 5 s wait and sets the journal mode, and when another process took the lock between the two, that thread
+    printed its traceback on stderr before the one-line refusal."""
+    with closing(sqlite3.connect(path, timeout=busy_timeout)) as conn:
+        if (CACHE_TABLE,) not in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+            return None
+        size = conn.execute(f'SELECT COUNT(*) FROM "{CACHE_TABLE}"').fetchone()[0]
+        row = conn.execute(f'SELECT value FROM "{CACHE_TABLE}" WHERE key = ?', (OWNER_KEY,)).fetchone()
+    return (None if row is None else sqlitedict.decode(row[0])), size
 
 
 def drop_refusals(cache: MutableMapping[str, Any]) -> int:
