@@ -35,13 +35,13 @@ from torchtune_longshort.training.output_aside import (
     resumable_aside, ways_on as _ways_on,
 )
 from torchtune_longshort.training.checkpointing import (
-    RECIPE_STATE_DIR, STAGING, PathLike, StepCheckpoints,
+    RECIPE_STATE_DIR, STAGING, STATE_PATTERN, PathLike, StepCheckpoints,
 )
 from torchtune_longshort.training.written_files import (
     HERE, files_under, entries_of_another_kind, foreign_written, record_written, remove_killed_writes,
     written_by_recipe,
 )
-from torchtune_longshort.training.overwrite_rules import Input, check_deletable, deletion_rank
+from torchtune_longshort.training.overwrite_rules import Input, check_deletable, deletion_rank, foreign_entries
 
 def prepare_output_dir(
     output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
@@ -321,17 +321,31 @@ def _entries(folder: Path) -> Optional[dict]:
 
 
 def _check_aside(out: Path, written_here: Sequence[str]) -> None:
-    """Refuse an entry of ``out``'s :data:`REPLACED` that no run of the recipe writes (a user's file put there), by
-    name and before the mend moves anything: it was moved to the top of ``out``, then named by the overwrite's
-    refusal there."""
-    aside = out / REPLACED
-    stray = sorted(p.name for p in (aside.iterdir() if aside.is_dir() and not aside.is_symlink() else ())
-                   if not written_by_recipe(p.name, written_here))
-    if stray:
-        raise FileExistsError(
-            f"output_dir={str(out)!r} holds {', '.join(repr(f'{REPLACED}/{n}') for n in stray[:3])}"
-            f"{' ...' if len(stray) > 3 else ''}, which this recipe did not write, in the folder where an overwrite "
-            f"start sets the earlier run aside: move it out of {str(aside)!r}, then start again")
+    """Refuse a file at any depth of ``out``'s :data:`REPLACED` or :data:`DISCARDED` (the earlier run a killed
+    overwrite start set aside, or was deleting) that no run of the recipe writes (a user's file put there), by name
+    and before the mend moves or deletes anything: one in :data:`REPLACED` was moved into the run folder, then named
+    by the overwrite's refusal there; one in :data:`DISCARDED` was deleted with it."""
+    for name, where in ((REPLACED, "sets the earlier run aside"), (DISCARDED, "deletes the earlier run it replaced")):
+        aside = out / name
+        if not aside.is_dir() or aside.is_symlink():
+            continue
+        stray = [f for f in foreign_entries(aside, written_here) if name == REPLACED or not _part_deleted(aside, f)]
+        if stray:
+            raise FileExistsError(
+                f"output_dir={str(out)!r} holds {', '.join(repr(f'{name}/{n}') for n in stray[:3])}"
+                f"{' ...' if len(stray) > 3 else ''}, which this recipe did not write, in the folder where an "
+                f"overwrite start {where}: move it out of {str(aside)!r}, then start again")
+
+
+def _part_deleted(aside: Path, found: str) -> bool:
+    """Whether ``found`` (:func:`foreign_entries` of :data:`DISCARDED`) is what a deletion killed part-way leaves of
+    the recipe's own files: a folder emptied before its removal (its list goes last), or a recipe state whose step
+    folder went first (a plain ``recipe_state/step_<k>.pt``)."""
+    path = aside / found.split(" (")[0].rstrip("/")
+    if path.is_dir() and not path.is_symlink():
+        return not any(path.iterdir())
+    return (path.parent == aside / RECIPE_STATE_DIR and STATE_PATTERN.match(path.name) is not None
+            and path.is_file() and not path.is_symlink())
 
 
 def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),

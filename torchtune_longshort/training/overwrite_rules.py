@@ -7,7 +7,7 @@ or lies inside an input of the run, the working directory, ``$HOME``, a git work
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.home_folder import home_folder
 from torchtune_longshort.training.checkpointing import (
@@ -59,6 +59,17 @@ def deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequenc
                     for m in top.glob(f"**/{MARKER}"))  # a link is not followed (its target: any tree, / too)
     if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
         return f"it holds {nested[0]!r}, the output folder of another run"
+    foreign = foreign_entries(real, written_here)
+    if foreign:
+        return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
+                "recipe did not write")
+    return None
+
+
+def foreign_entries(real: Path, written_here: Sequence[str]) -> List[str]:
+    """What the run folder ``real`` (or the earlier run an overwrite start set aside in it) holds, at any depth,
+    that the recipe did not write, as paths relative to it: top-level entries no run writes, a step or log folder's
+    files its list does not name, a recipe state without its step, a user's entry in ``.staging``."""
     # an earlier run's log folder under another log_dir (it holds the MANIFEST only the recipe writes): checked as one
     written_here = [*written_here, *(p.name for p in real.iterdir() if p.is_dir() and not p.is_symlink()
                                      and (p / MANIFEST).is_file() and not written_by_recipe(p.name, written_here))]
@@ -67,11 +78,7 @@ def deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequenc
         not written_by_recipe(p.name, written_here) or _user_tmp_folder(p)))
     foreign += entries_of_another_kind(real) + StepCheckpoints(real).foreign_files()  # a latest/; an eval in step_<k>
     foreign += foreign_written(real, written_here)  # e.g. notes kept beside the run's logs
-    foreign = list(dict.fromkeys(foreign))  # a file at the top is named once (log_dir = output_dir lists it twice)
-    if foreign:
-        return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
-                "recipe did not write")
-    return None
+    return list(dict.fromkeys(foreign))  # a file at the top is named once (log_dir = output_dir lists it twice)
 
 
 def check_deletable(out: Path, protect: Sequence[Input], written_here: Sequence[str] = ()) -> None:
