@@ -371,8 +371,9 @@ class StepCheckpoints:
             out += [f"{p.name}/{rel}" for q in sorted(p.rglob("*"))
                     if listed_entry(q, p) and (rel := q.relative_to(p).as_posix()) not in listed]
         states = self.root / RECIPE_STATE_DIR
-        if not resumable_only and states.is_dir():
-            out += [f"{RECIPE_STATE_DIR}/{q.name}" for q in sorted(states.iterdir()) if not self._own_state(q.name)]
+        if not resumable_only and states.is_dir():  # a folder or link named as a state file is a user's too
+            out += [f"{RECIPE_STATE_DIR}/{q.name}" + (" (not a state file)" if self._own_state(q.name) else "")
+                    for q in sorted(states.iterdir()) if q.is_dir() or q.is_symlink() or not self._own_state(q.name)]
         return out + self.foreign_staged()  # a resume cleans .staging/ too
 
     def _own_state(self, name: str) -> bool:
