@@ -339,6 +339,15 @@ def torchtune_model_type_name(model_type: Any) -> Optional[str]:
     return model_type.upper() if isinstance(model_type, str) else None
 
 
+def converted_alike(model_type: Any, other: Any) -> bool:
+    """Whether two ``checkpointer.model_type`` values convert a checkpoint alike: one ModelType in any case
+    (:func:`torchtune_model_type_name`), or two that one family of the table lists (torchtune's
+    ``FullModelHFCheckpointer`` takes one branch for a Llama folder under LLAMA2 / LLAMA3 / LLAMA3_2, and for a Phi
+    one under PHI3_MINI / PHI4), so that a resumed run may name either (this recipe converts by the family alone)."""
+    a, b = torchtune_model_type_name(model_type), torchtune_model_type_name(other)
+    return a is not None and (a == b or any({a, b} <= set(f.torchtune_model_types) for f in MODEL_FAMILIES.values()))
+
+
 def check_torchtune_model_type(family: ModelFamily, model_type: Optional[str], where: str,
                                decided_by: str = "the folder's config.json") -> None:
     """Refuse a config's ``checkpointer.model_type`` (``where``: its key's path) that would convert ``family``'s

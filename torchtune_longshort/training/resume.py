@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from torchtune_longshort.config.values import resolve_component
-from torchtune_longshort.models.families import torchtune_model_type_name
+from torchtune_longshort.models.families import converted_alike
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder, read_hf_config
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter
 from torchtune_longshort.plural import counted
@@ -175,9 +175,8 @@ def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec:
     old_flat, new_flat = _flat(_as_run_sees_it(saved, step_spec)), _flat(_as_run_sees_it(new, step_spec))
     if _same_shifts(old_flat, new_flat):
         new_flat["e_range"] = old_flat["e_range"]
-    old_type, new_type = (torchtune_model_type_name(f.get(MODEL_TYPE)) for f in (old_flat, new_flat))
-    if old_type is not None and old_type == new_type:
-        new_flat[MODEL_TYPE] = old_flat[MODEL_TYPE]  # llama2 and LLAMA2: one ModelType
+    if converted_alike(old_flat.get(MODEL_TYPE), new_flat.get(MODEL_TYPE)):
+        new_flat[MODEL_TYPE] = old_flat[MODEL_TYPE]  # llama2 and LLAMA2, LLAMA3_2 and LLAMA3: one conversion
     for key in sorted(set(old_flat) | set(new_flat)):
         a, b = old_flat.get(key, ABSENT), new_flat.get(key, ABSENT)
         if a == b or _policy(key) == "ignored":
