@@ -144,3 +144,26 @@ def test_a_run_saved_when_text_files_were_read_by_line_is_not_resumed_on_whole_f
         PackedTokenStream(corpus.hf_text(str(tmp_path / "books")), tokenize=tok).load_state_dict(old)
     lines = PackedTokenStream(corpus.hf_text(str(tmp_path / "books"), sample_by="line"), tokenize=tok)
     lines.load_state_dict(old)  # read as they read it: resumed
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".ndjson", ".geoparquet"])
+def test_a_folder_of_a_suffix_datasets_maps_to_a_read_builder_loads_as_datasets_loads_it(tmp_path, suffix):
+    """A folder of ``*.tsv`` (``*.ndjson``, ``*.geoparquet``) files, which ``datasets`` maps to its csv (json,
+    parquet) builder, was refused before loading: "source=... holds no files ending in ['.jsonl', '.json', '.txt',
+    '.csv', '.parquet', '.arrow']". The reference: ``datasets.load_dataset`` on the folder itself."""
+    import datasets
+
+    f = tmp_path / "books" / f"b{suffix}"
+    f.parent.mkdir()
+    if suffix == ".tsv":
+        f.write_text("id\ttext\n" + "".join(f"{i}\t{t}\n" for i, t in enumerate(GOOD[:3])))
+    elif suffix == ".ndjson":
+        f.write_text("".join(json.dumps({"text": t}) + "\n" for t in GOOD[:3]))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist([{"text": t} for t in GOOD[:3]]), f)
+    expected = datasets.load_dataset(str(f.parent), split="train")["text"]
+    assert expected == GOOD[:3]
+    assert list(corpus.hf_text(str(f.parent), streaming=False)()) == expected

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.data.file_paths import resolve_files, skipped_links
 from torchtune_longshort.data.file_kinds import (
-    DATA_FILE_SUFFIXES, JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX, holds_json_lines, line_of, row_of,
+    data_file_suffixes, JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX, holds_json_lines, line_of, row_of,
 )
 from torchtune_longshort.data.folder_entry import no_folder
 from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents, without_bom
@@ -39,7 +39,7 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
         if not args.get("data_files"):
             key = "data_dir" if args.get("data_dir") else "source"
             value = args["source"] if key == "source" else os.path.join(args["source"], args["data_dir"])
-            out += [(f"{where}.{key}", f) for f in resolve_files(value, DATA_FILE_SUFFIXES, f"{where}.{key}")]
+            out += [(f"{where}.{key}", f) for f in resolve_files(value, data_file_suffixes(), f"{where}.{key}")]
         return out
     for key in ("data_dir", "source"):
         value = args.get(key)
@@ -53,7 +53,7 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
                                     "exists, or a Hugging Face hub dataset (owner/name)")
         if isinstance(value, str) and (key == "data_dir" or Path(value).expanduser().exists()):
             field = f"{where}.{key}"
-            out += [(field, f) for f in resolve_files(value, DATA_FILE_SUFFIXES, field)]
+            out += [(field, f) for f in resolve_files(value, data_file_suffixes(), field)]
     return out
 
 
@@ -89,7 +89,7 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
         files = [g for f in files for g in _tilde_in_current_directory(f, field)]
     for f in files:
         no_folder(f, field, instead)
-    return [(field, f) for f in resolve_files(files, DATA_FILE_SUFFIXES, field)]
+    return [(field, f) for f in resolve_files(files, data_file_suffixes(), field)]
 
 
 def source_folder(source: Any, data_dir: Any = None) -> Optional[Path]:

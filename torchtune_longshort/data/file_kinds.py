@@ -6,20 +6,32 @@ record that does not decode is named in. :mod:`~torchtune_longshort.data.text_fi
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
 PARQUET_SUFFIX = ".parquet"
-# The data files ``datasets`` reads from a local folder (its packaged builders): a folder holding none is refused.
-DATA_FILE_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt", ".csv", PARQUET_SUFFIX, ".arrow")
+# The packaged builders of ``datasets`` whose local data files this package reads (:func:`data_file_suffixes`).
+DATA_FILE_BUILDERS = ("text", "json", "csv", "parquet", "arrow")
 # The files with records (not one whole-file document): a folder given to a reader includes them whatever its suffixes.
 RECORD_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX)
 # How much of each file a config check decodes before the run (:func:`check_heads`): a file named by mistake (gzip,
 # UTF-16, binary) fails in its first bytes; reading whole corpora is the run's start, not the check's.
 HEAD_BYTES = 1 << 16
+
+
+@functools.lru_cache(maxsize=None)
+def data_file_suffixes() -> Tuple[str, ...]:
+    """The suffixes of the data files ``datasets`` reads from a local folder with :data:`DATA_FILE_BUILDERS`, as the
+    installed ``datasets`` maps them (its ``_EXTENSION_TO_MODULE``: ``.tsv`` to ``csv``, ``.ndjson`` to ``json``,
+    ``.geoparquet`` to ``parquet`` ...): a folder holding none is refused. Asked on first use, not at import: the
+    import of ``datasets`` takes a second."""
+    from datasets.packaged_modules import _EXTENSION_TO_MODULE  # deferred: datasets (heavy import)
+
+    return tuple(s for s, (builder, _) in _EXTENSION_TO_MODULE.items() if builder in DATA_FILE_BUILDERS)
 
 
 def row_of(path: Union[str, Path], index: int) -> str:

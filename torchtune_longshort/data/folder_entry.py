@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from torchtune_longshort.data.file_kinds import DATA_FILE_SUFFIXES
+from torchtune_longshort.data.file_kinds import data_file_suffixes
 
 
 def no_folder(entry: Any, field: str, instead: str, base: Optional[Path] = None) -> None:
@@ -37,7 +37,7 @@ def _files_glob(folder: Path, most: int = 10_000) -> str:
     """``*.<its most common data-file suffix>`` among a folder's own files, else ``**/*.<...>`` among the first
     ``most`` below it (``/`` never walks the disk), else ``*``: the glob a refusal suggests (a tie: first by name)."""
     for glob, files in (("*", folder.iterdir()), ("**/*", itertools.islice(folder.rglob("*"), most))):
-        found = Counter(f.suffix for f in files if f.suffix in DATA_FILE_SUFFIXES and f.is_file())
+        found = Counter(f.suffix for f in files if f.suffix in data_file_suffixes() and f.is_file())
         if found:
             return glob + max(sorted(found), key=found.__getitem__)
     return "*"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.data.data_files import explain_load_failure, is_saved_dataset
-from torchtune_longshort.data.file_kinds import DATA_FILE_SUFFIXES
+from torchtune_longshort.data.file_kinds import data_file_suffixes
 from torchtune_longshort.data.file_paths import in_hidden, resolve_files, warn_left_out
 from torchtune_longshort.data.source_names import SourceNames
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
@@ -89,7 +89,7 @@ def warn_folder_left_out(source: str, read: Sequence[str], names: SourceNames) -
     """One warning naming the data files of the folder ``source`` that ``datasets`` does not ``read`` (it keeps
     those of the most common suffix: a ``notes.jsonl`` beside books in ``*.txt`` was left out without a word)."""
     kept = {Path(f).resolve() for f in read}
-    left = [f for f in resolve_files(source, DATA_FILE_SUFFIXES, names("source")) if f.resolve() not in kept]
+    left = [f for f in resolve_files(source, data_file_suffixes(), names("source")) if f.resolve() not in kept]
     way = (f"datasets reads the folder's files of its most common suffix alone: name the files to read in "
            f"{names('data_files')}, or move the others out of the folder")
     warn_left_out(source, sorted({Path(f).suffix for f in read}), left, names, key="source", way=way)
@@ -98,7 +98,7 @@ def warn_folder_left_out(source: str, read: Sequence[str], names: SourceNames) -
 def _all_text_files(folder: str) -> bool:
     """Whether a folder's data files (its hidden ones left out) are all ``*.txt``: read whole since mark 2."""
     root = Path(folder).expanduser()
-    found = [f for f in root.rglob("*") if f.is_file() and f.suffix in DATA_FILE_SUFFIXES and not in_hidden(f, root)]
+    found = [f for f in root.rglob("*") if f.is_file() and f.suffix in data_file_suffixes() and not in_hidden(f, root)]
     return bool(found) and all(f.suffix == ".txt" for f in found)
 
 
