@@ -112,11 +112,11 @@ def test_hf_records_can_be_skipped_in_place(tmp_path):
     f, without = tmp_path / "books.jsonl", tmp_path / "without.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows[:2] + [{"text": None}] + rows[3:]))
     without.write_text("".join(json.dumps(r) + "\n" for r in rows[:2] + rows[3:]))
-    with pytest.raises(ValueError, match=r"record 2: field 'text' holds NoneType 'None'"):
+    with pytest.raises(ValueError, match=r"books\.jsonl:3: field 'text' holds NoneType 'None'"):
         list(hf_text("json", data_files=str(f))())
     src = hf_text("json", data_files=str(f), skip_bad_records=True)
     docs = list(src())
-    assert isinstance(docs[2], SkippedRecord) and "record 2: field 'text'" in docs[2].message
+    assert isinstance(docs[2], SkippedRecord) and "books.jsonl:3: field 'text'" in docs[2].message
     tok = lambda t: [1] + [ord(c) % 256 for c in t] + [2]  # noqa: E731
     stream = PackedTokenStream(src, tokenize=tok)
     reference = PackedTokenStream(hf_text("json", data_files=str(without)), tokenize=tok)
@@ -124,8 +124,8 @@ def test_hf_records_can_be_skipped_in_place(tmp_path):
     assert (stream.records_skipped, stream.docs_consumed, reference.docs_consumed) == (1, 4, 3)
     assert len(stream.new_skips()) == 1 and stream.new_skips() == []
     with pytest.raises(ValueError, match=r"none of its first 4 records can be read \(skip_bad_records=True skips a "
-                                         r"bad record, not a source of them\); the first: .*record 0: no text field "
-                                         r"'content'"):
+                                         r"bad record, not a source of them\); the first: .*without\.jsonl:1: no text "
+                                         r"field 'content'"):
         hf_text("json", data_files=str(without), text_field="content", skip_bad_records=True)
 
 

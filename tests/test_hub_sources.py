@@ -219,9 +219,9 @@ def test_a_stream_that_breaks_mid_run_saves_the_last_good_step(hub, monkeypatch,
                    save_every_n_steps=100, dataset=node)
     run = LongShortFinetuneRecipe(cfg)
     run.setup()
-    stopped = train_until_fault(run, DataSourceError, r"reading stopped after record 2 \(ConnectionError: Server "
-                                r"Disconnected\).*The last good step is saved: .*step_(\d+); once the source can be "
-                                r"read again, continue with resume=True", tmp_path / "out")
+    stopped = train_until_fault(run, DataSourceError, r"reading stopped after its first 3 records \(ConnectionError: "
+                                r"Server Disconnected\).*The last good step is saved: .*step_(\d+); once the source "
+                                r"can be read again, continue with resume=True", tmp_path / "out")
     assert 1 <= stopped < 8
     served["until"] = len(rows)  # the hub is back
     resumed = LongShortFinetuneRecipe(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", max_steps=8,

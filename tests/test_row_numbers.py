@@ -103,3 +103,75 @@ def test_the_record_locator_reads_a_json_array_behind_a_byte_order_mark_as_the_t
     assert located.startswith(f"{f} row "), located
     assert _named(located) == _named(str(err.value))
     assert json.loads(f.read_text(encoding="utf-8-sig"))[_named(located)]["text"] is None
+
+
+@pytest.fixture
+def hub_books(tmp_path, monkeypatch):
+    """The hub played by a stand-in ``load_dataset``: ``org/books`` (name ``en``) streams a Parquet file, the format
+    the hub serves, through ``datasets``' own parquet builder, cut off (``ConnectionError``) after ``cut`` rows
+    (``rows``: how many the last stream served)."""
+    datasets = pytest.importorskip("datasets")
+    f = tmp_path / "train-00000-of-00001.parquet"
+    pq.write_table(pa.Table.from_pylist(_rows()), f)
+    real, served = datasets.load_dataset, {"cut": None, "rows": 0}
+
+    def load_dataset(path, name=None, split=None, **kwargs):
+        if path != "org/books":
+            return real(path, name, split=split, **kwargs)
+
+        def stream():
+            served["rows"] = 0  # of this stream (the start's check opens one of its own)
+            for i, row in enumerate(real("parquet", data_files=str(f), split=split, streaming=True)):
+                if i == served["cut"]:
+                    raise ConnectionError("Server Disconnected")
+                served["rows"] += 1
+                yield row
+        return stream()
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return f, served
+
+
+def test_hf_text_names_a_hub_record_as_datasets_indexes_the_split_its_config_and_split_said(hub_books):
+    """A hub stream's bad record was ``dataset 'org/books' split 'train' record 2``: which config, and counted how?
+    Now ``(name 'en', split 'train') row 2``, the row ``datasets`` itself indexes there (``ds[2]``), as a local
+    Parquet file's rows are named (the reference: the non-streamed split's row, read by ``datasets``)."""
+    import datasets
+
+    from torchtune_longshort.data import corpus
+
+    f, _ = hub_books
+    with pytest.raises(ValueError) as err:
+        list(corpus.hf_text("org/books", name="en", text_field="text")())
+    assert "dataset 'org/books' (name 'en', split 'train') row " in str(err.value), err.value
+    assert datasets.load_dataset("parquet", data_files=str(f), split="train")[_named(str(err.value))]["text"] is None
+
+
+def test_hf_text_names_a_source_cut_off_mid_run_by_the_records_it_read(hub_books):
+    """``reading stopped after record 2`` after three records were read (counted from 0, read as two): now the count
+    of records the stream yielded (the reference: the stand-in hub's own count of rows it served)."""
+    from torchtune_longshort.data import corpus
+    from torchtune_longshort.data.text_files import DataSourceError
+
+    _, served = hub_books
+    served["cut"] = BAD
+    with pytest.raises(DataSourceError) as err:
+        list(corpus.hf_text("org/books", name="en", text_field="input")())
+    found = re.search(r"\(name 'en', split 'train'\): reading stopped after its first (\d+) records? ", str(err.value))
+    assert found and int(found.group(1)) == served["rows"] == BAD, err.value
+
+
+def test_hf_text_names_a_local_json_line_as_the_text_reader_does(tmp_path):
+    """``hf_text("json", data_files=...)`` named a bad JSON line ``record 2`` (datasets skips the blank line); the
+    text reader names it ``<file>:4``. The reference: the 1-based line of the file that holds the null text."""
+    from torchtune_longshort.data import corpus
+
+    f = tmp_path / "d.jsonl"
+    lines = [json.dumps(_rows()[0]), "", json.dumps(_rows()[1]), json.dumps(_rows()[BAD])]
+    f.write_text("\n".join(lines) + "\n")
+    line = next(n for n, raw in enumerate(lines, 1) if raw and json.loads(raw)["text"] is None)
+    with pytest.raises(ValueError) as err:
+        list(corpus.hf_text("json", data_files=str(f))())
+    with pytest.raises(ValueError) as read:
+        list(iter_documents([f]))
+    assert f"{f}:{line}: " in str(err.value) and str(read.value).startswith(f"{f}:{line}: "), (err.value, read.value)

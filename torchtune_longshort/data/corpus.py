@@ -48,7 +48,7 @@ from torchtune_longshort.data.text_files import (
 )
 from torchtune_longshort.data.file_paths import resolve_files, warn_left_out
 from torchtune_longshort.launcher import launched_rank
-from torchtune_longshort.data.hf_loading import PG19_SOURCE, load_failure, read_failure, whole_text_files
+from torchtune_longshort.data.hf_loading import PG19_SOURCE, load_failure, read_failure, row_in, whole_text_files
 from torchtune_longshort.plural import counted
 
 Documents = Callable[[], Iterator[str]]
@@ -229,7 +229,7 @@ def hf_text(
 
     def docs() -> Iterator[str]:
         for i, rec in enumerate(records()):
-            where = f"{section} {source!r} split {split!r} record {i}"
+            where = partial(row_in, section, source, name, split, i, files)  # asked of a bad record alone
             yield record_or_skipped(lambda: text_of_record(rec, text_field, where, names("text_field")),
                                     skip_bad_records)
 

@@ -315,13 +315,13 @@ def _unskippable(message: str) -> DataRecordError:
     return error
 
 
-def locate_record(files: List[Tuple[str, Path]], index: int) -> str:
+def locate_record(files: List[Tuple[str, Path]], index: int, otherwise: Optional[str] = None) -> str:
     """``<file>:<line>`` (JSON lines) or ``<file> row k`` (a JSON array's or a Parquet file's row, named as the text
     reader names it: :func:`~.file_kinds.row_of`) of the ``index``-th record over ``files``, counted as ``datasets``
-    does (blank JSON lines skipped); ``record <index>`` when the files do not say."""
+    does (blank JSON lines skipped); ``otherwise`` (default ``record <index>``) when the files do not say."""
     place = _record_place(files, index)
     if place is None:
-        return f"record {index}"
+        return otherwise or f"record {index}"
     f, (lines, json_lines), left = place
     return line_of(f, lines[left]) if json_lines else row_of(f, left)
 

@@ -10,11 +10,12 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from torchtune_longshort.data.data_files import explain_load_failure, is_saved_dataset
+from torchtune_longshort.data.data_files import explain_load_failure, is_saved_dataset, locate_record
 from torchtune_longshort.data.file_kinds import data_file_suffixes
 from torchtune_longshort.data.file_paths import in_hidden, resolve_files, warn_left_out
 from torchtune_longshort.data.source_names import SourceNames
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
+from torchtune_longshort.plural import counted
 
 # PG19 (Rae et al., 2019) in Parquet: splits train / validation / test, fields short_book_title, publication_date, url,
 # text. The canonical ``deepmind/pg19`` is a loading script, which ``datasets`` >= 4 refuses to run.
@@ -35,9 +36,26 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
         if isinstance(error, ConnectionError) or hub_answered_missing(error):  # the hub out of reach or without it
             return DataSourceError(str(load_failure(section, source, name, split, error, names)))
         return load_failure(section, source, name, split, error, names) if bad_split(error) else error
-    return DataSourceError(f"{section} {source!r} split {split!r}: reading stopped after record {read - 1} "
-                           f"({type(error).__name__}: {' '.join(str(error).split())[:200]}), after datasets' own "
-                           "retries: the source (hub, network, disk) failed mid-run")
+    return DataSourceError(f"{source_split(section, source, name, split)}: reading stopped after its first "
+                           f"{counted(read, 'record')} ({type(error).__name__}: {' '.join(str(error).split())[:200]}), "
+                           "after datasets' own retries: the source (hub, network, disk) failed mid-run")
+
+
+def source_split(section: str, source: Any, name: Optional[str], split: str) -> str:
+    """How :func:`~.corpus.hf_text`'s messages name what it reads: ``dataset 'org/books' (name 'en', split
+    'train')``, the name (``datasets``' config) left out where none is given."""
+    config = f"name {name!r}, " if name is not None else ""
+    return f"{section} {source!r} ({config}split {split!r})"
+
+
+def row_in(section: str, source: Any, name: Optional[str], split: str, index: int,
+           files: Sequence[Tuple[str, Path]] = ()) -> str:
+    """How :func:`~.corpus.hf_text` names its ``index``-th record (0 the first): the line or row of the local
+    ``files`` that holds it, as the text reader names it (:func:`~.data_files.locate_record`: ``<file>:<line>``,
+    ``<file> row k``), else ``<source_split> row <index>``, counted from 0 as ``datasets`` indexes a split's rows
+    (``ds[index]``, ``ds.skip(index)`` of a stream) and as :func:`~.file_kinds.row_of` names a local file's."""
+    row = f"{source_split(section, source, name, split)} row {index}"
+    return f"{section} {source!r}: {locate_record(files, index, row)}" if files else row
 
 
 def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any], data_files: Any = None,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import codecs
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.data.file_kinds import (
     HEAD_BYTES, JSON_LINES_SUFFIX, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, holds_json_lines, line_of, not_text,
@@ -141,9 +141,13 @@ def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD
             raise DataRecordError(f"{where}: {NOT_DECODED} {encoding} ({e.reason} at byte {at})") from None
 
 
-def text_of_record(record: Any, text_field: str, where: str, setting: str = "text_field") -> str:
-    """The string in ``record[text_field]``; ``ValueError`` naming ``where``, the record's fields and ``setting``
-    (the option that picks the field) otherwise."""
+def text_of_record(record: Any, text_field: str, where: Union[str, Callable[[], str]],
+                   setting: str = "text_field") -> str:
+    """The string in ``record[text_field]``; ``ValueError`` naming ``where`` (or what ``where()`` says: asked for a
+    bad record alone), the record's fields and ``setting`` (the option that picks the field) otherwise."""
+    if isinstance(record, dict) and isinstance(record.get(text_field), str):
+        return record[text_field]
+    where = where() if callable(where) else where
     if not isinstance(record, dict):
         raise DataRecordError(f"{where}: record is a {type(record).__name__}, expected an object with a "
                               f"{text_field!r} field")
