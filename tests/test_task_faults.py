@@ -61,6 +61,14 @@ def _run(tmp_path, monkeypatch, tasks, capsys, caplog, model="dummy"):
 
 
 def test_a_task_that_raises_is_nan_with_its_reason_and_the_others_are_scored(tmp_path, monkeypatch, capsys, caplog):
+    """One run, the tasks side by side: one that scores, a few-shot one that scores, and one raising at each stage.
+
+    A few-shot task: lm-eval builds its context with ``doc_to_target(doc, fewshot_cfg.doc_to_target)``: the wrap takes
+    both (walked: every BABILong task, 2-shot, under longshort-eval ended NaN, 'building requests: TypeError:
+    TaskFaults._wrap_task.<locals>.doc_to_target() takes 1 positional argument but 2 were given', exit 1).
+    A filter that raises leaves every document unscored, as a task raising while building its requests does
+    (walked: 'my_filt: filtering the responses: RuntimeError: filter broke': 1, and lm-eval's n-samples 'effective':
+    1, of 3 documents: lm-eval was given one stand-in document to score)."""
     _user_tasks(tmp_path / "mytasks", {
         "boom": "process_results: !function funcs.boom\n",  # scoring doc 1
         "build": "process_results: !function funcs.ok\n",  # building requests (doc_to_text below)
@@ -68,7 +76,13 @@ def test_a_task_that_raises_is_nan_with_its_reason_and_the_others_are_scored(tmp
         # the pack's own task class, with a bug planted below
         "pack": "class: !function torchtune_longshort.eval.tasks.common.pack_task.PackTask\n"
                 "process_results: !function funcs.ok\n",
+        "shots": "process_results: !function funcs.ok\nnum_fewshot: 1\nfewshot_split: test\n",
+        "filt": "process_results: !function funcs.ok\nfilter_list:\n  - name: f1\n"
+                "    filter:\n      - function: !function funcs.BadFilter\n",
     })
+    funcs = tmp_path / "mytasks" / "funcs.py"
+    funcs.write_text(funcs.read_text() + "\nfrom lm_eval.api.filter import Filter\n\n\nclass BadFilter(Filter):\n"
+                     "    def apply(self, resps, docs):\n        raise RuntimeError('filter broke')\n")
     from torchtune_longshort.eval.tasks.common.pack_task import PackTask
 
     def planted(self, key):
@@ -79,12 +93,14 @@ def test_a_task_that_raises_is_nan_with_its_reason_and_the_others_are_scored(tmp
                          ("agg", ("aggregation: mean", "aggregation: !function funcs.mean_boom"))):
         path = tmp_path / "mytasks" / f"my_{name}.yaml"
         path.write_text(path.read_text().replace(*change))
-    tasks = ["my_ok", "my_boom", "my_build", "my_agg", "my_pack"]
+    tasks = ["my_ok", "my_boom", "my_build", "my_agg", "my_pack", "my_shots", "my_filt"]
     code, err, results = _run(tmp_path, monkeypatch, tasks, capsys, caplog)
     reference = sum(r["score"] for r in ROWS) / len(ROWS)
     assert code == 1
-    assert results["results"]["my_ok"]["acc,none"] == pytest.approx(reference)
-    assert "not_scored" not in results["configs"]["my_ok"]
+    for task in ("my_ok", "my_shots"):
+        assert results["results"][task]["acc,none"] == pytest.approx(reference)
+        assert "not_scored" not in results["configs"][task]
+    assert results["n-shot"]["my_shots"] == 1
     said = {
         "my_boom": "my_boom: scoring doc 1: RuntimeError: boom on doc 1",
         "my_build": "my_build: building requests: KeyError: 'no field'",
@@ -95,40 +111,14 @@ def test_a_task_that_raises_is_nan_with_its_reason_and_the_others_are_scored(tmp
         assert results["results"][task]["acc,none"] != results["results"][task]["acc,none"]  # NaN
         assert results["configs"][task]["not_scored"] == {reason: len(ROWS)}
         assert err.count(reason) == 2, err  # logged once, and in the closing line
-    assert "second line" not in err and "Traceback" not in err
-    last = [line for line in err.splitlines() if line.startswith("longshort-eval: error:")][-1]
-    assert last.startswith("longshort-eval: error: 4 tasks raised and are NaN: ") and "exit status 1" in last
-    assert all(reason in last for reason in said.values())
-
-
-def test_a_few_shot_task_is_scored(tmp_path, monkeypatch, capsys, caplog):
-    """lm-eval builds a few-shot context with ``doc_to_target(doc, fewshot_cfg.doc_to_target)``: the wrap takes both
-    (walked: every BABILong task, 2-shot, under longshort-eval ended NaN, 'building requests: TypeError:
-    TaskFaults._wrap_task.<locals>.doc_to_target() takes 1 positional argument but 2 were given', exit 1)."""
-    _user_tasks(tmp_path / "mytasks", {"shots": "process_results: !function funcs.ok\nnum_fewshot: 1\n"
-                                                "fewshot_split: test\n"})
-    code, err, results = _run(tmp_path, monkeypatch, ["my_shots"], capsys, caplog)
-    assert code == 0, err
-    assert results["n-shot"]["my_shots"] == 1
-    assert results["results"]["my_shots"]["acc,none"] == pytest.approx(sum(r["score"] for r in ROWS) / len(ROWS))
-    assert "not_scored" not in results["configs"]["my_shots"]
-
-
-def test_a_task_whose_filter_raises_counts_every_document(tmp_path, monkeypatch, capsys, caplog):
-    """A filter that raises leaves every document unscored, as a task raising while building its requests does
-    (walked: 'my_filt: filtering the responses: RuntimeError: filter broke': 1, and lm-eval's n-samples 'effective':
-    1, of 3 documents: lm-eval was given one stand-in document to score)."""
-    _user_tasks(tmp_path / "mytasks", {"filt": "process_results: !function funcs.ok\nfilter_list:\n  - name: f1\n"
-                                               "    filter:\n      - function: !function funcs.BadFilter\n"})
-    funcs = tmp_path / "mytasks" / "funcs.py"
-    funcs.write_text(funcs.read_text() + "\nfrom lm_eval.api.filter import Filter\n\n\nclass BadFilter(Filter):\n"
-                     "    def apply(self, resps, docs):\n        raise RuntimeError('filter broke')\n")
-    code, err, results = _run(tmp_path, monkeypatch, ["my_filt"], capsys, caplog)
-    assert code == 1, err
-    reason = "my_filt: filtering the responses: RuntimeError: filter broke"
-    assert results["configs"]["my_filt"]["not_scored"] == {reason: len(ROWS)}
+    filt = "my_filt: filtering the responses: RuntimeError: filter broke"
+    assert results["configs"]["my_filt"]["not_scored"] == {filt: len(ROWS)}
     assert results["n-samples"]["my_filt"] == {"original": len(ROWS), "effective": len(ROWS)}
     assert results["results"]["my_filt"]["acc,f1"] != results["results"]["my_filt"]["acc,f1"]  # NaN
+    assert "second line" not in err and "Traceback" not in err
+    last = [line for line in err.splitlines() if line.startswith("longshort-eval: error:")][-1]
+    assert last.startswith("longshort-eval: error: 5 tasks raised and are NaN: ") and "exit status 1" in last
+    assert all(reason in last for reason in [*said.values(), filt])
 
 
 def test_a_generate_until_task_raising_while_building_runs_under_a_model_without_loglikelihood(
