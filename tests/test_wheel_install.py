@@ -94,15 +94,23 @@ def test_a_wheel_built_from_the_sdist_ships_what_the_checkouts_wheel_ships_and_i
         "git_commit": wheel.commit, "git_dirty": False}
 
 
-def test_the_sdist_holds_the_package_and_configs_and_none_of_the_test_suite(tmp_path):
+@pytest.fixture(scope="module")
+def egg_info(tmp_path_factory):
+    """``setup.py -q egg_info`` run once for the two tests that read it: (its --egg-base folder, its run)."""
+    base = tmp_path_factory.mktemp("egg_info")
+    p = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(base)], cwd=ROOT,
+                       check=True, capture_output=True, text=True, env={**os.environ, "LONGSHORT_TEST_FRESH": "1"})
+    return base, p  # LONGSHORT_TEST_FRESH: no zygote
+
+
+def test_the_sdist_holds_the_package_and_configs_and_none_of_the_test_suite(egg_info):
     """``python -m build --sdist`` / ``setup.py sdist`` lists its members as setuptools' egg_info does (SOURCES.txt):
     every source file of the package and configs/, the files the build reads, and nothing of tests/, which the sdist
     carried in part (setuptools' default tests/test*.py, without conftest.py and the helpers they import: a suite
     that did not collect). Fast: egg_info alone, no sdist or wheel built."""
-    subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], cwd=ROOT, check=True,
-                   capture_output=True, text=True, env={**os.environ, "LONGSHORT_TEST_FRESH": "1"})  # no zygote
-    members = {m for m in (tmp_path / "torchtune_longshort.egg-info/SOURCES.txt").read_text().splitlines()
-               if not m.startswith(str(tmp_path))}  # the egg-info files, written where --egg-base put them
+    base, _ = egg_info
+    members = {m for m in (base / "torchtune_longshort.egg-info/SOURCES.txt").read_text().splitlines()
+               if not m.startswith(str(base))}  # the egg-info files, written where --egg-base put them
     tracked = source_files()  # git ls-files, the reference
     assert not [m for m in members if m.startswith("tests/")], sorted(m for m in members if m.startswith("tests/"))[:5]
     assert {m.split("/")[0] for m in members} == {"LICENSE", "MANIFEST.in", "README.md", "pyproject.toml", "setup.py",
@@ -111,15 +119,14 @@ def test_the_sdist_holds_the_package_and_configs_and_none_of_the_test_suite(tmp_
     assert members <= set(tracked)
 
 
-def test_the_build_reads_pyproject_toml_without_a_deprecation(tmp_path):
+def test_the_build_reads_pyproject_toml_without_a_deprecation(egg_info):
     """``license = { text = ... }`` made every build (pip install ., python -m build) print setuptools' boxed
     'SetuptoolsDeprecationWarning: `project.license` as a TOML table is deprecated ... By 2027-Feb-18, you need to
     update your project ... or your builds will no longer be supported'; the SPDX string it asks for is read
     silently (setuptools >= 77, which build-system requires). Fast: egg_info alone."""
-    p = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], cwd=ROOT,
-                       check=True, capture_output=True, text=True, env={**os.environ, "LONGSHORT_TEST_FRESH": "1"})
+    base, p = egg_info
     assert "Deprecat" not in p.stderr and "!!" not in p.stderr, p.stderr[-3000:]
-    pkg_info = (tmp_path / "torchtune_longshort.egg-info/PKG-INFO").read_text()
+    pkg_info = (base / "torchtune_longshort.egg-info/PKG-INFO").read_text()
     assert "\nLicense-Expression: BSD-3-Clause\n" in pkg_info  # the license still stated, as an SPDX expression
     assert "\nLicense-File: LICENSE\n" in pkg_info  # and its text shipped (the sdist and the wheel's licenses/)
     assert "BSD 3-Clause License" in (ROOT / "LICENSE").read_text()
