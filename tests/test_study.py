@@ -1,5 +1,6 @@
 """Study runner: config checks, the grid, recipe configs, skip / resume / failure records, jobs (the report's tables
-against the result.json files they link to: test_study_report.py).
+against the result.json files they link to, and a failed run recorded then tried again by the rerun:
+test_study_report.py).
 
 The grid logic runs against a fake executor (study_helpers.FakeExecutor) that plays the recipe and lm-eval, so this
 file needs no training; tests/test_study_quick.py runs the real thing (slow).
@@ -8,7 +9,6 @@ file needs no training; tests/test_study_quick.py runs the real thing (slow).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import replace
 import re
 from pathlib import Path
@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from torchtune_longshort.study import Study, StudyConfigError, length_label, load_study_config
-from torchtune_longshort.study.report import build_report
 from study_helpers import ROOT, CPU_SMALL, FakeExecutor, _study, _write_cfg
 
 
@@ -130,34 +129,6 @@ def test_a_method_s_own_overrides_reach_its_runs_only(tmp_path):
     assert runs["clex_a0.1_s0"].rope == {"method": "clex", "t_min": 2}
     with pytest.raises(StudyConfigError, match=r"methods\.clex\.overrides=\[1\] must map recipe keys"):
         _study(tmp_path, methods={"clex": {"method": "clex", "overrides": [1]}})
-
-
-def test_failed_run_recorded_and_grid_goes_on_then_skip_on_rerun(tmp_path):
-    study, ex = _study(tmp_path, fail={"pi_a0.3_s1"})
-    recs = study.run()
-    assert recs["pi_a0.3_s1"]["status"] == "failed" and recs["pi_a0.3_s1"]["stage"] == "train"
-    assert "FloatingPointError: non-finite loss nan" in recs["pi_a0.3_s1"]["error"]
-    ok = [k for k, r in recs.items() if r["status"] == "ok"]
-    assert len(ok) == 18  # base + 17 of 18 fine-tunes (3 methods x 3 alphas x 2 seeds)
-    summary = build_report(study.out, tmp_path / "report", study.cfg)
-    md = (tmp_path / "report" / "report.md").read_text()
-    assert re.search(r"\| pi_a0\.3_s1 \| failed \|.*FloatingPointError: non-finite loss nan", md)
-    assert summary["runs"]["pi_a0.3_s1"]["status"] == "failed"
-    # per checkpoint: entropy = (SCE - Jeffreys) / 2 of the fake lm-eval's values at L (alpha 0.3, seed 0)
-    L = study.cfg.L
-    row = next(x for x in md.splitlines() if x.startswith("| pi_a0.3_s0 | ok |"))
-    entropy = float(row.split("|")[5])
-    assert math.isclose(entropy, ((5.0 - 0.3 + L / 1000) - (0.5 - 0.3 / 2)) / 2, rel_tol=1e-3)
-    wall = md[md.index("## Wall time"):]
-    assert "- fine-tunes: 17 ok," in wall and "1 fine-tune at once" in wall  # the failed run is not averaged
-
-    # Second invocation: the ok runs are skipped (no subprocess), the failed one is tried again and now passes.
-    ex2 = FakeExecutor()
-    study.executor = ex2
-    recs2 = study.run()
-    trained = [Path(a[a.index("--config") + 1]).parent.name for a in ex2.calls if Path(a[0]).name == "tune"]
-    assert trained == ["pi_a0.3_s1"]
-    assert all(r["status"] == "ok" for r in recs2.values())
 
 
 def test_wall_time_names_a_stage_without_a_clock_and_no_overlap_of_one_job():

@@ -41,9 +41,33 @@ def _parse_tables(md: str):
     return out
 
 
+def _failed_run_recorded_then_tried_again(study, recs, summary, md):
+    """A failed fine-tune is recorded, the grid goes on and the report says so; a second invocation runs only it."""
+    assert recs["yarn_a0.1_s0"]["status"] == "failed" and recs["yarn_a0.1_s0"]["stage"] == "train"
+    assert "FloatingPointError: non-finite loss nan" in recs["yarn_a0.1_s0"]["error"]
+    ok = [k for k, r in recs.items() if r["status"] == "ok"]
+    assert len(ok) == 18  # base + 17 of 18 fine-tunes (3 methods x 3 alphas x 2 seeds)
+    assert re.search(r"\| yarn_a0\.1_s0 \| failed \|.*FloatingPointError: non-finite loss nan", md)
+    assert summary["runs"]["yarn_a0.1_s0"]["status"] == "failed"
+    # per checkpoint: entropy = (SCE - Jeffreys) / 2 of the fake lm-eval's values at L (alpha 0.3, seed 0)
+    L = study.cfg.L
+    row = next(x for x in md.splitlines() if x.startswith("| pi_a0.3_s0 | ok |"))
+    entropy = float(row.split("|")[5])
+    assert math.isclose(entropy, ((5.0 - 0.3 + L / 1000) - (0.5 - 0.3 / 2)) / 2, rel_tol=1e-3)
+    wall = md[md.index("## Wall time"):]
+    assert "- fine-tunes: 17 ok," in wall and "1 fine-tune at once" in wall  # the failed run is not averaged
+    # Second invocation: the ok runs are skipped (no subprocess), the failed one is tried again and now passes.
+    ex2 = FakeExecutor()
+    study.executor = ex2
+    recs2 = study.run()
+    trained = [Path(a[a.index("--config") + 1]).parent.name for a in ex2.calls if Path(a[0]).name == "tune"]
+    assert trained == ["yarn_a0.1_s0"]
+    assert all(r["status"] == "ok" for r in recs2.values())
+
+
 def test_report_tables_equal_the_json_they_link_to_and_the_outcome_is_paired_by_seed(tmp_path):
     study, _ = _study(tmp_path, fail={"yarn_a0.1_s0"})
-    study.run()
+    records = study.run()
     rdir = tmp_path / "report"
     s = build_report(study.out, rdir, study.cfg)
     # the outcome, paired by seed. fake: sce = 5 - alpha + 0.11 seed + n/1000 -> paired difference exactly -alpha,
@@ -96,6 +120,7 @@ def test_report_tables_equal_the_json_they_link_to_and_the_outcome_is_paired_by_
     for png in ("ppl_vs_length.png", "misalignment_vs_length.png", "babilong_depth_length.png",
                 "passkey_depth_length.png", "finetune_convergence.png"):
         assert_png_drawn(rdir / png)
+    _failed_run_recorded_then_tried_again(study, records, s, md)  # last: the rerun trains the failed run again
 
 
 class NanPplExecutor(FakeExecutor):
