@@ -36,15 +36,13 @@ from torchtune_longshort.config.values import UnwritablePath, refuses_writes
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
 from torchtune_longshort.training.durable_save import fsync_dir
+from torchtune_longshort.training.staging import STAGING, STATE_PATTERN, own_staged, staged_state_path
 from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
 from torchtune_longshort.training.state_words import cut_short, said, unreadable_state, zero_filled
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 LATEST = "latest"  # the text file naming the newest complete step folder
-STAGING = ".staging"  # where a checkpoint (and a from-scratch step_0) is written before its commit
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
-STATE_PATTERN = re.compile(r"^step_(\d+)\.pt(\.tmp)?$")  # a file of recipe_state/ (.tmp: being written)
-STAGED_PATTERN = re.compile(r"^(old_)?step_\d+$")  # a folder of .staging/: a save being written, a step replaced
 # In each step_<k>: the files the recipe wrote there (relative paths, JSON), so that replacing or deleting the folder
 # can tell them from a user's own (an evaluation written beside the weights).
 MANIFEST = ".longshort_files"
@@ -117,12 +115,6 @@ def read_recipe_state(step_dir: PathLike, mmap: bool = False) -> dict:
         raise ValueError(f"resume: {path} cannot be read as a recipe state ({cause}): put back the file the run "
                          f"saved, or start a new run from {Path(step_dir).name}'s weights with "
                          f"checkpoint_dir={str(step_dir)!r}") from e
-
-
-def staged_state_path(staged: PathLike) -> Path:
-    """Where a staged checkpoint folder's recipe state is written before :meth:`StepCheckpoints.commit`."""
-    staged = Path(staged)
-    return staged.with_name(staged.name + ".pt")
 
 
 class StepCheckpoints:
@@ -237,10 +229,10 @@ class StepCheckpoints:
         staging = self.staging_root
         if not staging.is_dir() or staging.is_symlink():
             return
-        for p in [p for p in staging.iterdir() if p.name.startswith("old_") and self._own_staged(p)]:
+        for p in [p for p in staging.iterdir() if p.name.startswith("old_") and own_staged(p)]:
             self._put_back(p)  # first: the staged state of the save it was replacing is then never moved in with it
         for p in staging.iterdir():
-            if not self._own_staged(p):
+            if not own_staged(p):
                 continue
             if p.name.endswith(".pt") and state_file(self.root / p.stem) == p:  # a commit the kill cut: finish it
                 recipe_state_path(self.root / p.stem).parent.mkdir(exist_ok=True)
@@ -268,14 +260,6 @@ class StepCheckpoints:
         os.rename(p, folder)
         fsync_dir(self.root)
 
-    @staticmethod
-    def _own_staged(p: Path) -> bool:
-        """An entry of ``.staging/`` the recipe writes there: ``step_<k>`` / ``old_step_<k>`` folders, ``step_<k>.pt``
-        (``.tmp``) states."""
-        if p.is_symlink():
-            return False
-        return bool(STAGED_PATTERN.match(p.name)) if p.is_dir() else bool(STATE_PATTERN.match(p.name))
-
     def foreign_staged(self) -> List[str]:
         """What ``.staging/`` holds that the recipe does not write there (``.staging/<name>``); ``.staging`` itself
         when it is a link or a file: :meth:`clean_staging` never deletes it, so a run that would clean it is refused
@@ -285,7 +269,7 @@ class StepCheckpoints:
             return [STAGING]
         if not staging.is_dir():
             return []
-        return [f"{STAGING}/{p.name}" for p in sorted(staging.iterdir()) if not self._own_staged(p)]
+        return [f"{STAGING}/{p.name}" for p in sorted(staging.iterdir()) if not own_staged(p)]
 
     def commit(self, staged: Path, step: int) -> Path:
         """Move a fully written staging folder to ``step_<step>`` atomically and its staged recipe state (if any) to
