@@ -39,10 +39,12 @@ def commit_step(run: Path, step: int, source: Path, state: bool = True) -> Path:
     """``source``'s files (a checkpoint folder) committed as ``run/step_<step>`` the way the recipe saves, an adapter
     file in a subfolder besides, and (``state``) its recipe state."""
     from torchtune_longshort.training.checkpointing import StepCheckpoints, staged_state_path
+    from torchtune_longshort.training.staging import start_staged
 
     ckpts = StepCheckpoints(run, keep=5)
     staged = ckpts.staging_root / f"step_{step}"
-    shutil.copytree(source, staged)
+    start_staged(staged)
+    shutil.copytree(source, staged, dirs_exist_ok=True)
     (staged / "adapter").mkdir()
     (staged / "adapter" / "adapter_config.json").write_text("{}")
     if state:

@@ -15,6 +15,7 @@ from torchtune_longshort.models import gguf
 from torchtune_longshort.training import recipe_saving
 from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.out_of_space import OutOfSpace
+from torchtune_longshort.training.staging import start_staged
 
 DISK = 1 << 20
 WRITTEN = 256 << 10
@@ -43,6 +44,7 @@ class _Saving(recipe_saving.RecipeSaving):
     _checkpoint_bytes, _saved_step = None, None
 
     def _write_checkpoint(self, step, model_sd, opt_sd, rank_rngs=None):
+        start_staged(self.ckpts.staging_root / f"step_{step}")  # as the recipe's save makes it
         raise _fill(self.ckpts.staging_root / f"step_{step}")
 
 

@@ -24,8 +24,9 @@ def _from_checkpoint(run, tiny_llama2_dir):
 
 def _from_scratch_in_setup(run, tiny_llama2_dir):
     """Killed while its setup read its start back from ``.staging/step_0`` (not committed yet)."""
-    (run / ".staging").mkdir()
-    (run / ".staging" / "step_0").mkdir()
+    from torchtune_longshort.training.staging import start_staged
+
+    start_staged(run / ".staging" / "step_0")  # as the recipe makes it: its mark first
     (run / ".staging" / "step_0" / "config.json").write_text("{}")
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from torchtune_longshort.training.staging import start_staged
+
 
 class Killed(BaseException):
     """Stands for a SIGKILL at that instant: no ``except Exception`` and no clean-up of the recipe's runs."""
@@ -49,11 +51,13 @@ def test_a_save_killed_before_its_state_moved_in_resumes_from_that_step(tmp_path
     out = tmp_path / "run"
     ckpts = StepCheckpoints(out)
     staged = ckpts.staging_root / "step_2"
-    shutil.copytree(tmp_path / "ckpt", staged)
+    start_staged(staged)
+    shutil.copytree(tmp_path / "ckpt", staged, dirs_exist_ok=True)
     atomic_torch_save({"step": 2}, staged_state_path(staged))
     ckpts.commit(staged, 2)
     staged = ckpts.staging_root / "step_4"
-    shutil.copytree(tmp_path / "ckpt", staged)
+    start_staged(staged)
+    shutil.copytree(tmp_path / "ckpt", staged, dirs_exist_ok=True)
     atomic_torch_save({"step": 4, "marker": "four"}, staged_state_path(staged))
     # the state's move into recipe_state/: the run dies first
     _commit_killed_at(ckpts, staged, 4, monkeypatch, "replace", lambda src, dst: dst.parent.name == "recipe_state")
@@ -101,13 +105,15 @@ def test_a_save_killed_between_the_renames_of_a_step_it_replaces_keeps_that_step
     ckpts = StepCheckpoints(out)
     for step in (2, 4):  # step_4 committed without its state (as if it was deleted): a resume starts at step_2
         staged = ckpts.staging_root / f"step_{step}"
-        shutil.copytree(ckpt, staged)
+        start_staged(staged)
+        shutil.copytree(ckpt, staged, dirs_exist_ok=True)
         if step == 2:
             atomic_torch_save({"step": 2}, staged_state_path(staged))
         ckpts.commit(staged, step)
     before = _contents(out / "step_4")
     staged = ckpts.staging_root / "step_4"
-    shutil.copytree(ckpt, staged)
+    start_staged(staged)
+    shutil.copytree(ckpt, staged, dirs_exist_ok=True)
     atomic_torch_save({"step": 4}, staged_state_path(staged))
     # the new step_4's rename into place: the run dies first
     _commit_killed_at(ckpts, staged, 4, monkeypatch, "rename", lambda src, dst: src == staged)

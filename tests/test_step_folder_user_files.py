@@ -159,11 +159,12 @@ def test_a_users_file_in_staging_is_refused_by_resume_and_overwrite_and_never_cl
     folder); now resume and overwrite refuse it by name, and cleaning leaves it."""
     from torchtune_longshort.training.checkpointing import StepCheckpoints
     from torchtune_longshort.training.output_dir import check_output_dir
+    from torchtune_longshort.training.staging import start_staged
 
     run = recipe_made(tmp_path / "run")
     commit_step(run, 2, tiny_llama2_dir)
     staging = run / ".staging"
-    (staging / "step_4").mkdir(parents=True)
+    start_staged(staging / "step_4")  # as the recipe's save makes it: its mark first
     (staging / "step_4" / "model-00001-of-00001.safetensors").write_bytes(b"torn")
     (staging / "step_4.pt.tmp").write_bytes(b"torn")
     (staging / "old_step_2").mkdir()

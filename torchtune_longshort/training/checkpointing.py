@@ -36,7 +36,7 @@ from torchtune_longshort.config.values import UnwritablePath, refuses_writes
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
 from torchtune_longshort.training.durable_save import fsync_dir
-from torchtune_longshort.training.staging import STAGING, STATE_PATTERN, own_staged, staged_state_path
+from torchtune_longshort.training.staging import STAGING, STATE_PATTERN, own_staged, staged_state_path, started_mark
 from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
 from torchtune_longshort.training.state_words import cut_short, said, unreadable_state, zero_filled
 
@@ -231,9 +231,8 @@ class StepCheckpoints:
             return
         for p in [p for p in staging.iterdir() if p.name.startswith("old_") and own_staged(p)]:
             self._put_back(p)  # first: the staged state of the save it was replacing is then never moved in with it
-        for p in staging.iterdir():
-            if not own_staged(p):
-                continue
+        # told apart before any goes, each mark after its folder: a kill part-way leaves no folder of ours unmarked
+        for p in sorted((p for p in staging.iterdir() if own_staged(p)), key=lambda p: p.name.endswith(".started")):
             if p.name.endswith(".pt") and state_file(self.root / p.stem) == p:  # a commit the kill cut: finish it
                 recipe_state_path(self.root / p.stem).parent.mkdir(exist_ok=True)
                 os.replace(p, recipe_state_path(self.root / p.stem))
@@ -320,6 +319,7 @@ class StepCheckpoints:
         moved = state.is_file()
         if moved:
             os.replace(state, recipe_state_path(final))
+        started_mark(staged).unlink(missing_ok=True)  # its folder is in place: a kill before leaves it alone, ours
         fsync_dir(self.root)
         atomic_write_text(self.root / LATEST, final.name + "\n")
         if moved:  # once `latest` names the new step: a failed write of it leaves the state of the step it names

@@ -11,6 +11,7 @@ from typing import List
 
 from torchtune_longshort.output_guard import read_names
 from torchtune_longshort.training.checkpointing import MANIFEST, STAGING, StepCheckpoints
+from torchtune_longshort.training.staging import STARTED_PATTERN
 
 MARKER = ".longshort_output"  # written into every output_dir this recipe creates; overwrite needs it
 REPLACED = ".replaced"  # the earlier run that overwrite replaces, moved aside while the new run opens its logger
@@ -101,4 +102,5 @@ def nothing_written(out: Path) -> bool:
     names = {p.name for p in out.iterdir()}
     staging = out / STAGING
     return MARKER in names and names <= {MARKER, LOCK, staging.name} and not any(
-        not p.is_dir() or p.is_symlink() for p in (staging.rglob("*") if staging.is_dir() else ()))
+        (not p.is_dir() and not (p.parent == staging and STARTED_PATTERN.match(p.name))) or p.is_symlink()
+        for p in (staging.rglob("*") if staging.is_dir() else ()))

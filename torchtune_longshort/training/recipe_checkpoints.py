@@ -33,6 +33,7 @@ from torchtune_longshort.training.data_setup import POSITION_DRAW
 from torchtune_longshort.training.durable_save import atomic_torch_save
 from torchtune_longshort.training.model_setup import LoRAInfo, model_kwargs
 from torchtune_longshort.training.recipe_config import RecipeConfig
+from torchtune_longshort.training.staging import own_staged, start_staged, started_mark
 from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
 
 
@@ -53,8 +54,12 @@ def discard_scratch_start(ckpts: StepCheckpoints) -> None:
     ``step_<k>.pt`` may be its resume point (:func:`~.checkpointing.state_file`).
     :meth:`~.checkpointing.StepCheckpoints.clean_staging` here finished that run's commit before a refusal."""
     staged = ckpts.staging_root / "step_0"
-    if staged.is_dir() and not staged.is_symlink():
+    if own_staged(staged):
         shutil.rmtree(staged)
+    elif staged.is_dir() and not staged.is_symlink() and not any(staged.iterdir()):
+        staged.rmdir()  # holds nothing of anyone's (a run stopped in its setup: output_aside.nothing_written)
+    if own_staged(started_mark(staged)) and started_mark(staged).is_file():
+        started_mark(staged).unlink()
     if ckpts.staging_root.is_dir() and not ckpts.staging_root.is_symlink() and not any(ckpts.staging_root.iterdir()):
         ckpts.staging_root.rmdir()
 
@@ -67,6 +72,7 @@ def write_scratch_start(config: RecipeConfig, seed: int, ckpts: StepCheckpoints,
     with training.set_default_dtype(torch.float32):
         torch.manual_seed(seed)
         scratch = instantiate(config.model.node())
+    start_staged(ckpts.staging_root / "step_0")
     write_hf_checkpoint(
         ckpts.staging_root / "step_0",
         scratch.state_dict(),
@@ -100,6 +106,7 @@ def stage_step(
     adapted ones in float32) and, for LoRA, its PEFT ``adapter/`` (the adapters and other trainable weights, which a
     resumed run reads back), and the recipe state beside it
     (:func:`~torchtune_longshort.training.checkpointing.staged_state_path`)."""
+    start_staged(staged)  # its mark first: a folder there without one is a user's (.staging)
     if lora.enabled:
         write_peft_adapter(staged / ADAPTER_DIR, model_sd, hf_config, alpha=lora.alpha, dropout=lora.dropout,
                            trainable=lora.trainable_names, base_model=lora.base_dir,
