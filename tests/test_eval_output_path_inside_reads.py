@@ -21,7 +21,7 @@ def _lm_eval_writes(tmp_path: Path, output_path: str, data: str = "data") -> lis
     from lm_eval.loggers.evaluation_tracker import EvaluationTracker
 
     from torchtune_longshort.data.file_paths import resolve_files
-    from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES
+    from torchtune_longshort.eval.tasks.common.local_files import local_suffixes
 
     copy = tmp_path.parent / f"{tmp_path.name}_copy"
     shutil.copytree(tmp_path, copy)
@@ -33,7 +33,7 @@ def _lm_eval_writes(tmp_path: Path, output_path: str, data: str = "data") -> lis
                                                            system_instruction=None, chat_template=None,
                                                            fewshot_as_multiturn=False)
         tracker.save_results_aggregated(results={"results": {}, "configs": {}}, samples=None)
-        return [str(p) for p in resolve_files(data, LOCAL_SUFFIXES, "ppl_data_files")]
+        return [str(p) for p in resolve_files(data, local_suffixes(), "ppl_data_files")]
     finally:
         os.chdir(cwd)
         shutil.rmtree(copy)

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from datasets.packaged_modules import _EXTENSION_TO_MODULE
 
-from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES, data_file_suffixes, not_text
+from torchtune_longshort.data.file_kinds import data_file_suffixes, not_text, record_suffixes
 
 TEXT = "one line of a book\n" * 4
 
@@ -81,7 +81,7 @@ def test_a_nul_byte_past_the_first_few_is_binary():
 def test_the_data_file_suffixes_are_datasets_own_for_the_builders_read():
     builders = {s: _EXTENSION_TO_MODULE[s][0] for s in data_file_suffixes()}  # a suffix datasets lacks: KeyError
     assert set(builders.values()) == {"text", "json", "csv", "parquet", "arrow"}, builders
-    records = {_EXTENSION_TO_MODULE[s][0] for s in RECORD_SUFFIXES}
+    records = {_EXTENSION_TO_MODULE[s][0] for s in record_suffixes()}
     assert records == {"json", "parquet"}, records
 
 

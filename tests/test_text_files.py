@@ -10,7 +10,7 @@ import re
 import pytest
 
 from torchtune_longshort.data.file_paths import resolve_files
-from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
+from torchtune_longshort.data.file_kinds import record_suffixes
 from torchtune_longshort.data.text_files import check_heads, iter_documents
 
 
@@ -120,7 +120,7 @@ def test_parquet_rows_are_records_as_the_same_rows_in_json_lines(tmp_path):
     with pytest.raises(ValueError, match=r"d.parquet: no column 'body'; its columns are \['text', 'n'\]\. Set "
                                          r"opt.field to one of them"):
         list(iter_documents([tmp_path / "d.parquet"], "body", "opt.field"))
-    assert resolve_files(tmp_path, RECORD_SUFFIXES, "x") == [tmp_path / "d.jsonl", tmp_path / "d.parquet"]
+    assert resolve_files(tmp_path, record_suffixes(), "x") == [tmp_path / "d.jsonl", tmp_path / "d.parquet"]
 
 
 def test_a_text_file_reads_its_line_ends_as_python_and_datasets_read_them(tmp_path):

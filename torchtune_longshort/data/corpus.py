@@ -35,7 +35,7 @@ from torchtune_longshort.data.resume_reading import line_ends_read_otherwise
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip, record_or_skipped
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
-from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
+from torchtune_longshort.data.file_kinds import JSON_LINES_SUFFIX, json_lines_file, record_suffixes
 from torchtune_longshort.data.text_files import (
     DataRecordError,
     SkippedRecord,
@@ -124,8 +124,8 @@ def local_text(
     suffixes = [suffixes] if isinstance(suffixes, str) else list(suffixes)  # ".txt" is one suffix, not 4 letters
     left_out: List[Path] = []  # from resolve_files' own walk: a folder of many files is walked once
     hidden: List[Path] = []
-    files = resolve_files(path, [*suffixes, *RECORD_SUFFIXES], names("path"), left_out, hidden)
-    warn_left_out(path, [*suffixes, *RECORD_SUFFIXES], left_out, names)
+    files = resolve_files(path, [*suffixes, *record_suffixes()], names("path"), left_out, hidden)
+    warn_left_out(path, [*suffixes, *record_suffixes()], left_out, names)
     bad: List[str] = []
     # read again as the stream goes: a skipped record keeps its place (a position counts it); without skipping, a
     # record that went bad since this check stops the run at its last good step, named
@@ -160,8 +160,12 @@ def local_text(
     if len(files_at) == len(bad):
         raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({counted(len(files), 'file')} "
                          "read): name files that hold text")
+    lines_now = [f for f in files if f.suffix != JSON_LINES_SUFFIX and json_lines_file(f)]  # *.ndjson
     earlier = {2: (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
-                   "them out)" if hidden else None)}
+                   "them out)" if hidden else None),
+               6: (f"read a {lines_now[0].suffix} file named as such whole, one document, and left it out of a folder "
+                   f"({lines_now[0]} here; this version reads its lines as records, as datasets' json builder does)"
+                   if lines_now else None)}
     return DocumentSource(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read,
                    earlier_reading=earlier, fingerprinted=True, file_of=files_at,
                    earlier_text={3: lambda state: line_ends_read_otherwise(files, encoding)})

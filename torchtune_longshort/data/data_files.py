@@ -17,14 +17,16 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.data.file_paths import resolve_files, skipped_links
 from torchtune_longshort.data.file_kinds import (
-    data_file_suffixes, JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX, holds_json_lines, line_of, row_of,
+    data_file_suffixes, JSON_SUFFIX, PARQUET_SUFFIX, holds_json_lines, json_lines_file, line_of, row_of,
 )
 from torchtune_longshort.data.folder_entry import no_folder
 from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents, without_bom
 
 
-# Those this package's reader (:mod:`~.text_files`) reads again to name a bad record.
-READ_AGAIN_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, ".txt")
+def read_again(f: Path) -> bool:
+    """Whether this package's reader (:mod:`~.text_files`) reads ``f`` again to name a bad record: a JSON-lines file
+    (:func:`~.file_kinds.json_lines_file`), a ``*.json`` or a ``*.txt`` file (a Parquet file is no text)."""
+    return f.suffix in (JSON_SUFFIX, ".txt") or json_lines_file(f)
 
 
 def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
@@ -248,7 +250,7 @@ def load_saved_dataset(folder: str, split: str, split_setting: str) -> Any:
 def check_not_empty(files: List[Tuple[str, Path]]) -> None:
     """An empty file is refused before step 1, with its field and path."""
     for field, f in files:
-        if f.stat().st_size == 0 or (f.suffix in (JSON_SUFFIX, JSON_LINES_SUFFIX) and not f.read_text(
+        if f.stat().st_size == 0 or ((f.suffix == JSON_SUFFIX or json_lines_file(f)) and not f.read_text(
                 errors="replace").strip(" \n\r\t[]")):
             raise ValueError(f"{field}: {f} holds no records (an empty file); name a file with data")
 
@@ -267,7 +269,7 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
     cache = cache_problem(error)
     if cache:
         return ValueError(f"{where} ({named}) could not be loaded: {cache}")
-    paths = [f for _, f in files if f.suffix in READ_AGAIN_SUFFIXES]  # a Parquet file is no text to read again
+    paths = [f for _, f in files if read_again(f)]
     field_problems: List[str] = []
 
     def note(message: str) -> None:
@@ -360,9 +362,9 @@ def _record_place(files: List[Tuple[str, Path]], index: int) -> Optional[Tuple[P
 
 
 def _record_lines(f: Path) -> Optional[Tuple[List[int], bool]]:
-    """1-based line numbers of the records of a JSON-lines file (``*.jsonl``, or a ``*.json`` file that holds JSON
-    lines: :func:`~.file_kinds.holds_json_lines`) and True, or ``range(n)`` of a JSON array's or a Parquet file's
-    ``n`` rows (its metadata's count) and False; None otherwise."""
+    """1-based line numbers of the records of a JSON-lines file (``*.jsonl``, ``*.ndjson``: :func:`~.file_kinds.
+    json_lines_file`; or a ``*.json`` file that holds JSON lines: :func:`~.file_kinds.holds_json_lines`) and True, or
+    ``range(n)`` of a JSON array's or a Parquet file's ``n`` rows (its metadata's count) and False; None otherwise."""
     try:
         if f.suffix == JSON_SUFFIX:  # decoded as the text reader decodes it (its default encoding, no BOM)
             text = without_bom(f.read_bytes().decode("utf-8"), "utf-8")
@@ -371,7 +373,7 @@ def _record_lines(f: Path) -> Optional[Tuple[List[int], bool]]:
             except json.JSONDecodeError as e:
                 return (_json_line_numbers(f), True) if holds_json_lines(text, e) else None
             return list(range(len(rows) if isinstance(rows, list) else 1)), False
-        if f.suffix == JSON_LINES_SUFFIX:
+        if json_lines_file(f):
             return _json_line_numbers(f), True
         if f.suffix == PARQUET_SUFFIX:
             import pyarrow.parquet as pq  # deferred: only a Parquet file needs it (a dependency of datasets)

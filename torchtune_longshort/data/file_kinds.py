@@ -1,4 +1,4 @@
-"""What kind of file a reader of local text was given: by its name (the record formats, :data:`RECORD_SUFFIXES`) and
+"""What kind of file a reader of local text was given: by its name (the record formats, :func:`record_suffixes`) and
 by its first bytes (:func:`not_text`: compressed, Parquet under another name, UTF-16, binary), with the words a
 record that does not decode is named in. :mod:`~torchtune_longshort.data.text_files` reads the files.
 """
@@ -9,29 +9,50 @@ import codecs
 import functools
 import json
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 JSON_LINES_SUFFIX = ".jsonl"
 JSON_SUFFIX = ".json"
 PARQUET_SUFFIX = ".parquet"
 # The packaged builders of ``datasets`` whose local data files this package reads (:func:`data_file_suffixes`).
 DATA_FILE_BUILDERS = ("text", "json", "csv", "parquet", "arrow")
-# The files with records (not one whole-file document): a folder given to a reader includes them whatever its suffixes.
-RECORD_SUFFIXES = (JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX)
 # How much of each file a config check decodes before the run (:func:`check_heads`): a file named by mistake (gzip,
 # UTF-16, binary) fails in its first bytes; reading whole corpora is the run's start, not the check's.
 HEAD_BYTES = 1 << 16
 
 
 @functools.lru_cache(maxsize=None)
-def data_file_suffixes() -> Tuple[str, ...]:
-    """The suffixes of the data files ``datasets`` reads from a local folder with :data:`DATA_FILE_BUILDERS`, as the
-    installed ``datasets`` maps them (its ``_EXTENSION_TO_MODULE``: ``.tsv`` to ``csv``, ``.ndjson`` to ``json``,
-    ``.geoparquet`` to ``parquet`` ...): a folder holding none is refused. Asked on first use, not at import: the
-    import of ``datasets`` takes a second."""
+def _builders() -> Dict[str, str]:
+    """``{suffix: builder}`` as the installed ``datasets`` maps a data file's suffix to its packaged builder (its
+    ``_EXTENSION_TO_MODULE``: ``.tsv`` to ``csv``, ``.ndjson`` to ``json``, ``.geoparquet`` to ``parquet`` ...).
+    Asked on first use, not at import: the import of ``datasets`` takes a second."""
     from datasets.packaged_modules import _EXTENSION_TO_MODULE  # deferred: datasets (heavy import)
 
-    return tuple(s for s, (builder, _) in _EXTENSION_TO_MODULE.items() if builder in DATA_FILE_BUILDERS)
+    return {s: builder for s, (builder, _) in _EXTENSION_TO_MODULE.items()}
+
+
+def data_file_suffixes() -> Tuple[str, ...]:
+    """The suffixes of the data files ``datasets`` reads from a local folder with :data:`DATA_FILE_BUILDERS`, as the
+    installed ``datasets`` maps them (:func:`_builders`): a folder holding none is refused."""
+    return tuple(s for s, builder in _builders().items() if builder in DATA_FILE_BUILDERS)
+
+
+def record_suffixes() -> Tuple[str, ...]:
+    """The suffixes of the files with records (not one whole-file document), which a folder given to a reader
+    includes whatever its suffixes: those ``datasets`` reads with its ``json`` builder (``.jsonl``, ``.json``,
+    ``.ndjson``: :func:`json_lines_file`), and ``.parquet``."""
+    json_builder = [s for s, builder in _builders().items() if builder == "json"]
+    return tuple(dict.fromkeys((JSON_LINES_SUFFIX, JSON_SUFFIX, *json_builder, PARQUET_SUFFIX)))
+
+
+def json_lines_file(path: Union[str, Path]) -> bool:
+    """Whether the reader reads ``path`` as JSON lines, one record a line: a suffix ``datasets`` reads with its
+    ``json`` builder (``.jsonl``, ``.ndjson``: :func:`_builders`), other than ``.json`` (an array, or JSON lines:
+    :func:`holds_json_lines`). ``.jsonl``, ``.json`` and ``.parquet`` are answered without importing ``datasets``."""
+    suffix = Path(path).suffix
+    if suffix in (JSON_LINES_SUFFIX, JSON_SUFFIX, PARQUET_SUFFIX):
+        return suffix == JSON_LINES_SUFFIX
+    return _builders().get(suffix) == "json"
 
 
 def row_of(path: Union[str, Path], index: int) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from torchtune_longshort.data.file_paths import DIGEST_BYTES
-from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
+from torchtune_longshort.data.file_kinds import record_suffixes
 from torchtune_longshort.plural import counted
 
 # The data state's "reading" mark, raised each time a source reads the same files otherwise: 2 since 2026-12-05, when
@@ -19,8 +19,10 @@ from torchtune_longshort.plural import counted
 # '\r' line ends as '\n'; 4 since 2026-12-07, when hf_text read a folder's text files whole where other data
 # files stand beside them (datasets still picks its text builder); 5 since 2026-12-07, when hf_text asked datasets for
 # a folder's builder with its data_files / data_dir (text files named in a folder of mostly other data files were
-# read by lines). A state without it (1) was saved before the mark existed.
-DATA_READING = 5
+# read by lines); 6 since 2026-12-07, when local_text read a *.ndjson file (a suffix datasets reads with its json
+# builder) as JSON lines, not whole, and a folder's such files too. A state without it (1) was saved before the mark
+# existed.
+DATA_READING = 6
 log = logging.getLogger(__name__)
 
 # a source's earlier readings: {the mark that changed it: a clause after "which", or a callable of the saved state
@@ -50,7 +52,7 @@ def line_ends_read_otherwise(files: Sequence[Any], encoding: str) -> Optional[st
     file holding a '\\r' (read as it was before, '\\n' now) is the first such file named; None where none holds one.
     Read to the first '\\r' of each text file, its record files (JSON, Parquet: their strings unchanged) not read."""
     for f in files:
-        if Path(f).suffix in RECORD_SUFFIXES:
+        if Path(f).suffix in record_suffixes():
             continue
         try:
             with open(f, encoding=encoding, errors="replace", newline="") as text:

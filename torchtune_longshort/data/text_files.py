@@ -3,7 +3,8 @@ local_text`), the evaluation tasks' local data (:mod:`torchtune_longshort.eval.l
 
 Files by suffix:
 
-* ``*.jsonl``: one document per non-empty line, a JSON object whose ``text_field`` holds the text;
+* ``*.jsonl`` (``*.ndjson``: a suffix ``datasets`` reads with its ``json`` builder, :func:`~.file_kinds.
+  json_lines_file`): one document per non-empty line, a JSON object whose ``text_field`` holds the text;
 * ``*.json``: a JSON array of such objects (or one object), or JSON lines (``datasets``' ``to_json`` writes them);
 * ``*.parquet``: one document per row, its ``text_field`` column (read with pyarrow, a batch of rows at a time);
 * anything else: the whole file is one document. A file that is no text (compressed, Parquet under another name,
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.data.file_kinds import (
-    HEAD_BYTES, JSON_LINES_SUFFIX, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, holds_json_lines, line_of, not_text,
+    HEAD_BYTES, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, holds_json_lines, json_lines_file, line_of, not_text,
     row_of,
 )
 from torchtune_longshort.data.replaced_text import decoded_and_said
@@ -132,7 +133,7 @@ def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD
             decoder("strict").decode(raw, final=False)  # a character cut at the head's end is no error
         except UnicodeDecodeError as e:
             where, at = str(f), e.start
-            if f.suffix == JSON_LINES_SUFFIX:  # the reader decodes line by line and counts from the line's start
+            if json_lines_file(f):  # the reader decodes line by line and counts from the line's start
                 line = raw.count(b"\n", 0, e.start) + 1
                 where, at = line_of(f, line), e.start - (raw.rfind(b"\n", 0, e.start) + 1)
                 for i, before in enumerate(raw.split(b"\n")[:line - 1]):  # the lines the reader meets first
@@ -194,7 +195,7 @@ def iter_located(files: Sequence[Path], text_field: str = "text", setting: str =
     """``(location, document)`` of each record :func:`iter_documents` yields, in its order: :func:`read_located`
     reads the record at a location again, without reading the others (random access)."""
     for fi, f in enumerate(files):
-        if f.suffix == JSON_LINES_SUFFIX:
+        if json_lines_file(f):
             for (offset, i), doc in _json_lines(f, text_field, setting, encoding, on_bad_record):
                 yield (fi, offset, i), doc
         else:
@@ -210,7 +211,7 @@ def read_located(files: Sequence[Path], location: Location, text_field: str = "t
     is parsed once, not once per row); the last file read is kept."""
     fi, key, line = location
     f = files[fi]
-    if f.suffix == JSON_LINES_SUFFIX:
+    if json_lines_file(f):
         with open(f, "rb") as fh:
             fh.seek(key)
             raw = fh.readline()

@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from torchtune_longshort.data.file_paths import file_digests, resolve_files
 from torchtune_longshort.data.corpus import TEXT_SUFFIXES
-from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
+from torchtune_longshort.data.file_kinds import record_suffixes
 
 Change = Tuple[str, Any, Any]
 
@@ -28,7 +28,7 @@ def moved_data(saved: Dict[str, Any], new: Dict[str, Any], data_state: Optional[
     if old_path == new_path or component != "local_text" or old_node.get("_component_") != new_node.get("_component_"):
         return new, None, {}
     digests = (data_state or {}).get("digests")
-    suffixes = [*(new_node.get("suffixes") or TEXT_SUFFIXES), *RECORD_SUFFIXES]
+    suffixes = [*(new_node.get("suffixes") or TEXT_SUFFIXES), *record_suffixes()]
     unread = None
     try:
         same = digests is not None and file_digests(resolve_files(new_path, suffixes, "dataset.path")) == digests

@@ -25,7 +25,7 @@ from torchtune_longshort.eval.tasks.common.lengths import (
     METADATA_KEY as METADATA_LENGTHS_KEY, comparable, lengths_source, parse_lengths, percentages,
 )
 from torchtune_longshort.eval.tasks.common.divergence_names import divergence_names, divergence_refusal
-from torchtune_longshort.eval.tasks.common.local_files import LOCAL_SUFFIXES, exist_hint
+from torchtune_longshort.eval.tasks.common.local_files import exist_hint, local_suffixes
 from torchtune_longshort.eval.tasks.common.suffix_range import FRAC_KEYS, FRAC_WORDS, fraction, suffix_fractions
 from torchtune_longshort.eval.tasks.common.long_text import SOURCES, TEXT_DEFAULTS, flag
 from torchtune_longshort.eval.tasks.common.unavailable import MISSING_METRIC, TaskDataError
@@ -388,6 +388,6 @@ def _check_local_files(key: str, value: Any) -> None:
     if not isinstance(value, (str, Path, list)):
         raise TaskDataError(f"{key}={value!r}: expected a path, glob or folder, or a list of them")
     try:
-        resolve_files(value, LOCAL_SUFFIXES, key)
+        resolve_files(value, local_suffixes(), key)
     except (FileNotFoundError, ValueError) as e:
         raise TaskDataError(exist_hint(e)) from None

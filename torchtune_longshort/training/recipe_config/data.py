@@ -21,7 +21,7 @@ from torchtune_longshort.data.source_names import SourceNames, mend_or_skip
 from torchtune_longshort.data.data_files import check_not_empty, check_not_saved_dataset, named_files, named_path
 from torchtune_longshort.data.stdlib_corpus import SELECTION_KEYS, check_stdlib_arguments
 from torchtune_longshort.data.file_paths import resolve_files
-from torchtune_longshort.data.file_kinds import RECORD_SUFFIXES
+from torchtune_longshort.data.file_kinds import record_suffixes
 from torchtune_longshort.data.text_files import DataRecordError, check_encoding, check_heads
 from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, Section, setting
@@ -129,7 +129,7 @@ class DataSourceConfig(ComponentSection):
         check_not_saved_dataset(self.args["path"], f"{where}.path", where)  # no record of it to skip
         if self.args.get(SKIP_BAD_RECORDS):
             return
-        suffixes = [*self.args.get("suffixes", TEXT_SUFFIXES), *RECORD_SUFFIXES]
+        suffixes = [*self.args.get("suffixes", TEXT_SUFFIXES), *record_suffixes()]
         field = self.args.get("text_field", inspect.signature(local_text).parameters["text_field"].default)
         try:
             check_heads(resolve_files(self.args["path"], suffixes, f"{where}.path"),

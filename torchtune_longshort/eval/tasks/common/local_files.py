@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from torchtune_longshort.data.file_kinds import record_suffixes
 from torchtune_longshort.data.file_paths import NoFileToRead, resolve_files
 from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord, iter_documents
 from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 
-# The files a folder in ``data_files`` stands for.
-LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
+def local_suffixes() -> tuple:
+    """The files a folder in ``data_files`` stands for: ``*.txt`` and the record files
+    (:func:`~torchtune_longshort.data.file_kinds.record_suffixes`: ``.jsonl``, ``.json``, ``.ndjson``, ``.parquet``)."""
+    return (".txt", *record_suffixes())
 
 
 def exist_hint(error: Exception) -> str:
@@ -25,7 +28,7 @@ def read_local(data_files: Any, text_field: str, skip_bad_records: bool, setting
     ``files_setting`` (the user's key for ``data_files``; by default ``data_files``, and ``setting``'s for files
     without records)."""
     try:
-        files = resolve_files(data_files, LOCAL_SUFFIXES, files_setting or "data_files")
+        files = resolve_files(data_files, local_suffixes(), files_setting or "data_files")
     except (FileNotFoundError, ValueError) as e:
         raise TaskDataError(exist_hint(e)) from None
     read = False
