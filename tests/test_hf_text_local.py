@@ -167,3 +167,23 @@ def test_a_folder_of_a_suffix_datasets_maps_to_a_read_builder_loads_as_datasets_
     expected = datasets.load_dataset(str(f.parent), split="train")["text"]
     assert expected == GOOD[:3]
     assert list(corpus.hf_text(str(f.parent), streaming=False)()) == expected
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_tsv_file_read_with_source_csv_is_refused_with_the_separator_to_add(tmp_path, skip):
+    """``source: csv, data_files: b.tsv``: the csv builder splits on commas, so the record's one column was the
+    header 'id\\ttext', said with no hint ("its fields are ['id\\ttext']"). The reference: datasets' own columns
+    without ``sep``, and its rows with ``sep="\\t"`` (the hint's fix), which hf_text then reads."""
+    import datasets
+
+    f = tmp_path / "b.tsv"
+    f.write_text("id\ttext\n" + "".join(f"{i}\t{t}\n" for i, t in enumerate(GOOD[:3])))
+    cache = str(tmp_path / "cache")
+    header = f.read_text().splitlines()[0]  # datasets' one column: the header line, tabs and all
+    assert datasets.load_dataset("csv", data_files=str(f), split="train", cache_dir=cache).column_names == [header]
+    said = f"{header!r} is a tab-separated header, read as one column (the csv builder splits on commas): add "
+    said += "dataset.sep"
+    with pytest.raises(DataRecordError, match=re.escape(said + ': "\\t"')):
+        corpus.hf_text("csv", data_files=str(f), skip_bad_records=skip)
+    expected = datasets.load_dataset("csv", data_files=str(f), split="train", sep="\t", cache_dir=cache)["text"]
+    assert list(corpus.hf_text("csv", data_files=str(f), sep="\t")()) == expected == GOOD[:3]

@@ -48,7 +48,9 @@ from torchtune_longshort.data.text_files import (
 )
 from torchtune_longshort.data.file_paths import resolve_files, warn_left_out
 from torchtune_longshort.launcher import launched_rank
-from torchtune_longshort.data.hf_loading import PG19_SOURCE, load_failure, read_failure, row_in, whole_text_files
+from torchtune_longshort.data.hf_loading import (
+    PG19_SOURCE, check_not_tab_separated, load_failure, read_failure, row_in, whole_text_files,
+)
 from torchtune_longshort.plural import counted
 
 Documents = Callable[[], Iterator[str]]
@@ -234,6 +236,7 @@ def hf_text(
     def docs() -> Iterator[str]:
         for i, rec in enumerate(records()):
             where = partial(row_in, section, source, name, split, i, files)  # asked of a bad record alone
+            check_not_tab_separated(rec, text_field, source, load_dataset_kwargs, where, names)
             yield record_or_skipped(lambda: text_of_record(rec, text_field, where, names("text_field")),
                                     skip_bad_records)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchtune_longshort.data.data_files import explain_load_failure, is_saved_dataset, locate_record
 from torchtune_longshort.data.file_kinds import data_file_suffixes
@@ -39,6 +39,26 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
     return DataSourceError(f"{source_split(section, source, name, split)}: reading stopped after its first "
                            f"{counted(read, 'record')} ({type(error).__name__}: {' '.join(str(error).split())[:200]}), "
                            "after datasets' own retries: the source (hub, network, disk) failed mid-run")
+
+
+def check_not_tab_separated(record: Any, text_field: str, source: Any, load_dataset_kwargs: Mapping[str, Any],
+                            where: Callable[[], str], names: SourceNames) -> None:
+    """:class:`DataRecordError` (no skipping passes it: every row is read so) for a record of ``source: csv`` without
+    ``text_field`` whose column's name is a tab-separated header holding it (``'id\\ttext'``): ``datasets``' csv
+    builder splits on commas unless given ``sep``; it reads a folder of ``*.tsv`` files named as the source with
+    ``sep: "\\t"``. ``where()`` names the record. Nothing otherwise."""
+    if (source != "csv" or {"sep", "delimiter"} & set(load_dataset_kwargs) or not isinstance(record, dict)
+            or text_field in record):
+        return
+    header = next((k for k in record if isinstance(k, str) and text_field in k.split("\t")), None)
+    if header is not None:
+        error = DataRecordError(
+            f"{where()}: no text field {text_field!r} in the record; its fields are {sorted(record)[:12]}, and "
+            f"{header!r} is a tab-separated header, read as one column (the csv builder splits on commas): add "
+            f"{names('sep')}: \"\\t\", or name the files' folder as {names('source')} (datasets reads *.tsv files "
+            "with it)")
+        error.skippable = False
+        raise error
 
 
 def source_split(section: str, source: Any, name: Optional[str], split: str) -> str:
