@@ -277,3 +277,23 @@ def test_one_suffix_length_for_both_contexts_is_taken():
     for seq, s in zip(seqs, res.values["sce"]):
         p = torch.softmax(model.table.weight[seq[-1]].double(), -1)
         assert s == pytest.approx(-2 * (p * p.log()).sum().item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("suffix, row", [(".ndjson", '{"text": "a"}\n'), (".tsv", "text\na\n"),
+                                         (".jsonl", '{"text": "a"}\n')])
+def test_cli_data_a_missing_data_file_is_named_missing_not_tried_on_the_hub(tmp_path, monkeypatch, suffix, row):
+    """A missing `--data books.ndjson` (or `books.tsv`) was tried on the hub ("Couldn't reach 'books.ndjson' on the
+    Hub") where a missing `books.jsonl` was named missing: the command kept its own list of file suffixes. Reference:
+    datasets itself reads a folder holding such a file as local data (its packaged builder for the suffix)."""
+    import datasets
+
+    from torchtune_longshort.data import corpus
+    from torchtune_longshort.metrics.cli import documents_for
+
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / f"books{suffix}").write_text(row)
+    assert datasets.load_dataset(str(tmp_path / "here"), split="train")[0] == {"text": "a"}  # a local data file
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(corpus, "hf_text", lambda *a, **k: pytest.fail("a missing local file was tried on the hub"))
+    with pytest.raises(FileNotFoundError, match=f"--data='books{suffix}': no such file or folder"):
+        documents_for(f"books{suffix}", "text", "test")

@@ -43,6 +43,7 @@ with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while 
     from torchtune_longshort.config.inside_input import refuse_inside_input, refuse_inside_model, tokenizer_input
     from torchtune_longshort.config.values import check_creatable
     from torchtune_longshort.data import corpus
+    from torchtune_longshort.data.file_kinds import data_file_suffixes
     from torchtune_longshort.data.fixed_length import TooFewSequences, counted_fixed_length_sequences
     from torchtune_longshort.data.source_names import SourceNames, source_names
     from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES
@@ -81,6 +82,13 @@ def data_kind(data: str) -> str:
     return "stdlib" if data in STDLIB_SOURCES else "local" if Path(data).exists() else "hub"
 
 
+def local_suffixes() -> tuple:
+    """The suffixes that make a missing ``--data`` a local file, not a hub name: those of the data files ``datasets``
+    reads (:func:`~torchtune_longshort.data.file_kinds.data_file_suffixes`: ``.ndjson``, ``.tsv``, ``.parquet`` ...)
+    and of the text files a folder is read for (``corpus.TEXT_SUFFIXES``)."""
+    return (*data_file_suffixes(), *corpus.TEXT_SUFFIXES)
+
+
 def documents_for(data: str, text_field: str, split: str, skip_bad_records: bool = False):
     """``stdlib`` (or ``stdlib_tests`` / ``stdlib_heldout``), a local path (file, folder, JSONL) or a Hugging Face
     dataset name -> a document source."""
@@ -90,7 +98,7 @@ def documents_for(data: str, text_field: str, split: str, skip_bad_records: bool
     with source_names(SOURCE_NAMES):
         if kind == "local":
             return corpus.local_text(data, text_field=text_field, skip_bad_records=skip_bad_records)
-        if data.startswith(("/", "./", "../", "~")) or Path(data).suffix in (".txt", ".json", ".jsonl", ".md", ".py"):
+        if data.startswith(("/", "./", "../", "~")) or Path(data).suffix in local_suffixes():
             raise FileNotFoundError(f"--data={data!r}: no such file or folder; give 'stdlib', a text file, a folder, "
                                     "a .jsonl file or a Hugging Face dataset name")
         return corpus.hf_text(data, split=split, text_field=text_field, skip_bad_records=skip_bad_records)
