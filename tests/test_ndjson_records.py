@@ -15,7 +15,7 @@ from datasets.packaged_modules import _EXTENSION_TO_MODULE
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.data_files import check_not_empty, explain_load_failure, locate_record
 from torchtune_longshort.data.file_kinds import json_lines_file, record_suffixes
-from torchtune_longshort.data.resume_reading import DATA_READING, earlier_clauses
+from torchtune_longshort.data.resume_reading import earlier_clauses
 from torchtune_longshort.data.text_files import DataRecordError
 from torchtune_longshort.eval.tasks.common.local_files import read_local
 
@@ -35,7 +35,8 @@ def _records(path):
 def test_record_suffixes_are_datasets_json_builders_and_the_reader_asks_the_same_map():
     json_builder = {s for s, (builder, _) in _EXTENSION_TO_MODULE.items() if builder == "json"}
     assert ".ndjson" in json_builder
-    assert set(record_suffixes()) == json_builder | {".parquet"}
+    parquet_builder = {s for s, (builder, _) in _EXTENSION_TO_MODULE.items() if builder == "parquet"}
+    assert set(record_suffixes()) == json_builder | parquet_builder  # .geoparquet, .gpq: test_geoparquet_records
     for suffix in _EXTENSION_TO_MODULE:  # a JSON-lines file: the json builder's, but a .json file (array or lines)
         assert json_lines_file(f"a{suffix}") == (_EXTENSION_TO_MODULE[suffix][0] == "json" and suffix != ".json")
 
@@ -93,7 +94,7 @@ def test_the_evaluation_reads_a_folder_of_ndjson_files(tmp_path):
 
 def test_a_run_saved_when_ndjson_files_were_read_whole_is_not_resumed_on_their_lines(tmp_path):
     ndjson, jsonl = _records(tmp_path / "n" / "a.ndjson"), _records(tmp_path / "j" / "a.jsonl")
-    saved = {"reading": DATA_READING - 1}  # a data state of the version before
+    saved = {"reading": 5}  # a data state of the version before .ndjson was read by lines (mark 6)
     said = earlier_clauses(corpus.local_text(str(ndjson.parent)).earlier_reading, saved)
     assert f"read a .ndjson file named as such whole, one document, and left it out of a folder ({ndjson} here" in said
     assert earlier_clauses(corpus.local_text(str(jsonl.parent)).earlier_reading, saved) == ""

@@ -35,7 +35,9 @@ from torchtune_longshort.data.resume_reading import line_ends_read_otherwise
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.source_names import SourceNames, current_names, mend_or_skip, record_or_skipped
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents, stdlib_document, stdlib_source_files
-from torchtune_longshort.data.file_kinds import JSON_LINES_SUFFIX, json_lines_file, record_suffixes
+from torchtune_longshort.data.file_kinds import (
+    JSON_LINES_SUFFIX, PARQUET_SUFFIX, json_lines_file, parquet_file, record_suffixes,
+)
 from torchtune_longshort.data.text_files import (
     DataRecordError,
     SkippedRecord,
@@ -109,9 +111,8 @@ def local_text(
     """Local text: one file (the whole file is one document), a directory (every file with one of ``suffixes``
     or ``*.jsonl`` / ``*.json`` / ``*.parquet``, recursively, sorted; each text file one document), or records
     (``*.jsonl``: each line an object whose ``text_field`` is one document; a ``*.json`` file: an array of such
-    objects; ``*.parquet``: each row's ``text_field`` column). ``path`` may be a glob, or a list of paths and globs
-    (read in that order). Read by
-    :mod:`torchtune_longshort.data.text_files`.
+    objects; ``*.parquet``, ``*.geoparquet``, ``*.gpq``: each row's ``text_field`` column). ``path`` may be a glob,
+    or a list of paths and globs (read in that order). Read by :mod:`torchtune_longshort.data.text_files`.
 
     The whole corpus is read once here, before any training step: a record that cannot be read (bytes that are
     not ``encoding``, a line that is not JSON, a missing or non-string ``text_field``) fails with its file and line,
@@ -163,11 +164,16 @@ def local_text(
         raise ValueError(f"{names('path')}={path!r} yields no non-empty documents ({counted(len(files), 'file')} "
                          "read): name files that hold text")
     lines_now = [f for f in files if f.suffix != JSON_LINES_SUFFIX and json_lines_file(f)]  # *.ndjson
+    rows_now = [f for f in files if f.suffix != PARQUET_SUFFIX and parquet_file(f)]  # *.geoparquet, *.gpq
     earlier = {2: (f"read a folder's hidden files too ({len(hidden)} here, first: {hidden[0]}; this version leaves "
                    "them out)" if hidden else None),
                6: (f"read a {lines_now[0].suffix} file named as such whole, one document, and left it out of a folder "
                    f"({lines_now[0]} here; this version reads its lines as records, as datasets' json builder does)"
-                   if lines_now else None)}
+                   if lines_now else None),
+               7: (f"took a {rows_now[0].suffix} file named as such for no text (refused, or one record skipped), and "
+                   "left it out of a folder "
+                   f"({rows_now[0]} here; this version reads its rows as records, as datasets' parquet builder does)"
+                   if rows_now else None)}
     return DocumentSource(documents, f"local_text({path!r}, {len(files)} files)", files, count=len(files_at), read=read,
                    earlier_reading=earlier, fingerprinted=True, file_of=files_at,
                    earlier_text={3: lambda state: line_ends_read_otherwise(files, encoding)})

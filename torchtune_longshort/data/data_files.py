@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from torchtune_longshort.config.glob_match import glob_files
 from torchtune_longshort.data.file_paths import resolve_files, skipped_links
 from torchtune_longshort.data.file_kinds import (
-    data_file_suffixes, JSON_SUFFIX, PARQUET_SUFFIX, holds_json_lines, json_lines_file, line_of, row_of,
+    data_file_suffixes, JSON_SUFFIX, holds_json_lines, json_lines_file, line_of, parquet_file, row_of,
 )
 from torchtune_longshort.data.folder_entry import no_folder
 from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents, without_bom
@@ -375,7 +375,7 @@ def _record_lines(f: Path) -> Optional[Tuple[List[int], bool]]:
             return list(range(len(rows) if isinstance(rows, list) else 1)), False
         if json_lines_file(f):
             return _json_line_numbers(f), True
-        if f.suffix == PARQUET_SUFFIX:
+        if parquet_file(f):
             import pyarrow.parquet as pq  # deferred: only a Parquet file needs it (a dependency of datasets)
 
             return list(range(pq.ParquetFile(f).metadata.num_rows)), False

@@ -40,9 +40,20 @@ def data_file_suffixes() -> Tuple[str, ...]:
 def record_suffixes() -> Tuple[str, ...]:
     """The suffixes of the files with records (not one whole-file document), which a folder given to a reader
     includes whatever its suffixes: those ``datasets`` reads with its ``json`` builder (``.jsonl``, ``.json``,
-    ``.ndjson``: :func:`json_lines_file`), and ``.parquet``."""
-    json_builder = [s for s, builder in _builders().items() if builder == "json"]
-    return tuple(dict.fromkeys((JSON_LINES_SUFFIX, JSON_SUFFIX, *json_builder, PARQUET_SUFFIX)))
+    ``.ndjson``: :func:`json_lines_file`) or its ``parquet`` builder (``.parquet``, ``.geoparquet``, ``.gpq``:
+    :func:`parquet_file`)."""
+    records = [s for s, builder in _builders().items() if builder in ("json", "parquet")]
+    return tuple(dict.fromkeys((JSON_LINES_SUFFIX, JSON_SUFFIX, *records, PARQUET_SUFFIX)))
+
+
+def parquet_file(path: Union[str, Path]) -> bool:
+    """Whether the reader reads ``path`` as Parquet, one record a row: a suffix ``datasets`` reads with its
+    ``parquet`` builder (``.parquet``, ``.geoparquet``, ``.gpq``: :func:`_builders`). ``.parquet``, ``.jsonl`` and
+    ``.json`` are answered without importing ``datasets``."""
+    suffix = Path(path).suffix
+    if suffix in (PARQUET_SUFFIX, JSON_LINES_SUFFIX, JSON_SUFFIX):
+        return suffix == PARQUET_SUFFIX
+    return _builders().get(suffix) == "parquet"
 
 
 def json_lines_file(path: Union[str, Path]) -> bool:

@@ -20,9 +20,10 @@ from torchtune_longshort.plural import counted
 # files stand beside them (datasets still picks its text builder); 5 since 2026-12-07, when hf_text asked datasets for
 # a folder's builder with its data_files / data_dir (text files named in a folder of mostly other data files were
 # read by lines); 6 since 2026-12-07, when local_text read a *.ndjson file (a suffix datasets reads with its json
-# builder) as JSON lines, not whole, and a folder's such files too. A state without it (1) was saved before the mark
-# existed.
-DATA_READING = 6
+# builder) as JSON lines, not whole, and a folder's such files too; 7 since 2026-12-07, when local_text read a
+# *.geoparquet / *.gpq file (a suffix datasets reads with its parquet builder) by its rows, not refused as no text, and
+# a folder's such files too. A state without it (1) was saved before the mark existed.
+DATA_READING = 7
 log = logging.getLogger(__name__)
 
 # a source's earlier readings: {the mark that changed it: a clause after "which", or a callable of the saved state

@@ -6,7 +6,9 @@ Files by suffix:
 * ``*.jsonl`` (``*.ndjson``: a suffix ``datasets`` reads with its ``json`` builder, :func:`~.file_kinds.
   json_lines_file`): one document per non-empty line, a JSON object whose ``text_field`` holds the text;
 * ``*.json``: a JSON array of such objects (or one object), or JSON lines (``datasets``' ``to_json`` writes them);
-* ``*.parquet``: one document per row, its ``text_field`` column (read with pyarrow, a batch of rows at a time);
+* ``*.parquet`` (``*.geoparquet``, ``*.gpq``: a suffix ``datasets`` reads with its ``parquet`` builder,
+  :func:`~.file_kinds.parquet_file`): one document per row, its ``text_field`` column (read with pyarrow, a batch of
+  rows at a time);
 * anything else: the whole file is one document. A file that is no text (compressed, Parquet under another name,
   UTF-16, binary) is a bad record named with what it is, never text of replacement characters
   (:func:`~.file_kinds.not_text`).
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.data.file_kinds import (
-    HEAD_BYTES, JSON_SUFFIX, NOT_DECODED, PARQUET_SUFFIX, holds_json_lines, json_lines_file, line_of, not_text,
+    HEAD_BYTES, JSON_SUFFIX, NOT_DECODED, holds_json_lines, json_lines_file, line_of, not_text, parquet_file,
     row_of,
 )
 from torchtune_longshort.data.replaced_text import decoded_and_said
@@ -122,7 +124,7 @@ def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD
     except LookupError:
         return
     for f in files:
-        if f.suffix == PARQUET_SUFFIX:
+        if parquet_file(f):
             continue  # read by pyarrow when the run starts
         with open(f, "rb") as fh:
             raw = fh.read(head)
@@ -230,7 +232,7 @@ def _whole_file(f: Path, text_field: str, setting: str, encoding: str, encoding_
                 on_bad_record: BadRecord) -> Iterator[Tuple[int, Any]]:
     """``(row, document)`` of a file that is read whole: a JSON array's or a Parquet file's rows, or the file's text
     (row 0)."""
-    if f.suffix == PARQUET_SUFFIX:
+    if parquet_file(f):
         yield from _parquet_rows(f, text_field, setting, on_bad_record)
         return
     json_file = f.suffix == JSON_SUFFIX

@@ -12,7 +12,8 @@ from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
 
 def local_suffixes() -> tuple:
     """The files a folder in ``data_files`` stands for: ``*.txt`` and the record files
-    (:func:`~torchtune_longshort.data.file_kinds.record_suffixes`: ``.jsonl``, ``.json``, ``.ndjson``, ``.parquet``)."""
+    (:func:`~torchtune_longshort.data.file_kinds.record_suffixes`: ``.jsonl``, ``.json``, ``.ndjson``, ``.parquet``,
+    ``.geoparquet``, ``.gpq``)."""
     return (".txt", *record_suffixes())
 
 
