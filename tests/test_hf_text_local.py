@@ -92,7 +92,8 @@ def test_a_bad_first_record_is_refused_with_the_way_to_skip_it(tmp_path, where):
     with source_names(SourceNames(where)), pytest.raises(DataRecordError) as caught:
         corpus.pg19(str(tmp_path / "pg19"))
     said = str(caught.value)
-    assert "(split 'train') row 0: field 'text' holds NoneType" in said, said
+    # named in its file, as a named data_files' row is (the folder's files are datasets' own for the split)
+    assert f"{tmp_path / 'pg19' / 'train.parquet'} row 0: field 'text' holds NoneType" in said, said
     assert said.endswith(f"mend the record, or skip such records with {where}.skip_bad_records=True"), said
     with source_names(SourceNames(where)):
         docs = list(corpus.pg19(str(tmp_path / "pg19"), skip_bad_records=True)())

@@ -51,7 +51,7 @@ from torchtune_longshort.data.text_files import (
 from torchtune_longshort.data.file_paths import resolve_files, warn_left_out
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.hf_loading import (
-    PG19_SOURCE, check_not_tab_separated, load_failure, read_failure, row_in, whole_text_files,
+    PG19_SOURCE, check_not_tab_separated, folder_split_files, load_failure, read_failure, row_in, whole_text_files,
 )
 from torchtune_longshort.plural import counted
 
@@ -216,6 +216,8 @@ def hf_text(
     section = names.where
     files = named_data_files({"data_files": data_files, "split": split, "source": source,
                               "data_dir": load_dataset_kwargs.get("data_dir")}, section)
+    if data_files is None:  # a folder's own files, as datasets reads them: a torn line or empty file named as above
+        files = folder_split_files(source, split, load_dataset_kwargs.get("data_dir"), section)
     load_dataset_kwargs, earlier = whole_text_files(source, load_dataset_kwargs, data_files, names)
 
     def open_ds():

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from torchtune_longshort.data.data_files import explain_load_failure, is_saved_dataset, locate_record
+from torchtune_longshort.data.data_files import explain_load_failure, is_saved_dataset, locate_record, source_folder
 from torchtune_longshort.data.file_kinds import data_file_suffixes
 from torchtune_longshort.data.file_paths import in_hidden, resolve_files, warn_left_out
 from torchtune_longshort.data.source_names import SourceNames
@@ -109,18 +109,37 @@ def folder_builder(source: Any, data_files: Any = None, data_dir: Optional[str] 
     one of ``save_to_disk``) given ``data_files`` and ``data_dir`` (``dataset_module_factory``, as ``load_dataset``
     asks it): ``"text"`` for files mostly ``*.txt``, its files those of every split; None for another source, or
     where ``datasets`` finds no data files (the load itself names it)."""
+    module = _folder_module(source, data_files, data_dir)
+    if module is None:
+        return None
+    configs = module.builder_configs_parameters.builder_configs or []
+    read = [f for config in configs[:1] for split in (config.data_files or {}).values() for f in split]
+    return module.module_path.split(".")[-1], read
+
+
+def folder_split_files(source: Any, split: str, data_dir: Optional[str], section: str) -> List[Tuple[str, Path]]:
+    """``[("<section>.source", file)]`` of the files ``datasets`` reads for ``split`` of a local folder ``source``
+    given without ``data_files``, in its order (``dataset_module_factory``, as ``load_dataset`` asks it): what
+    :func:`~.data_files.explain_load_failure` and ``check_not_empty`` read to name a torn line ``<file>:<line>`` or
+    an empty file, as they do for named ``data_files``; ``[]`` for another source."""
+    module = _folder_module(source, None, data_dir) if source_folder(source) is not None else None  # not a builder
+    configs = (module.builder_configs_parameters.builder_configs or []) if module is not None else []
+    found = [fs for config in configs[:1] for name, fs in (config.data_files or {}).items() if str(name) == split]
+    return [(f"{section}.source", Path(f)) for fs in found[:1] for f in fs]
+
+
+def _folder_module(source: Any, data_files: Any = None, data_dir: Optional[str] = None) -> Any:
+    """``datasets``' dataset module of a local folder ``source`` (not one of ``save_to_disk``), as ``load_dataset``
+    asks for it; None for another source, or where ``datasets`` finds no data files (the load itself names it)."""
     folder = Path(source).expanduser() if isinstance(source, str) else None
     if folder is None or not folder.is_dir() or is_saved_dataset(source):
         return None
     from datasets.load import dataset_module_factory
 
     try:
-        module = dataset_module_factory(str(folder), data_files=data_files, data_dir=data_dir)
+        return dataset_module_factory(str(folder), data_files=data_files, data_dir=data_dir)
     except Exception:  # no data files, an unreadable folder: the load itself names it
         return None
-    configs = module.builder_configs_parameters.builder_configs or []
-    read = [f for config in configs[:1] for split in (config.data_files or {}).values() for f in split]
-    return module.module_path.split(".")[-1], read
 
 
 def warn_folder_left_out(source: str, read: Sequence[str], names: SourceNames) -> None:
