@@ -49,7 +49,7 @@ import re
 import subprocess
 import warnings
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from torchtune_longshort.pack_prefix import PREFIX
 
@@ -121,6 +121,41 @@ def dropping(name: str, rules: List[Tuple[int, str]]) -> Iterator[None]:
         yield
     finally:
         logging.getLogger(name).removeFilter(f)
+
+
+class HeldRecords(logging.Filter):
+    """Holds back the records the loggers ``names`` log while it is entered (``with held: ...``), then hands them on
+    as they were logged (:meth:`release`) or forgets them (:meth:`drop`): for a library line that comes just before
+    an exception the project explains in its own line (``datasets``' json builder logs "Failed to load JSON from file
+    ..." and then raises), said only where the project's line does not explain it. Other threads' records of those
+    loggers meanwhile are held too, and released with them."""
+
+    def __init__(self, names: Iterable[str]):
+        super().__init__()
+        self.loggers = [logging.getLogger(name) for name in names]
+        self.held: List[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.held.append(record)
+        return False
+
+    def __enter__(self) -> "HeldRecords":
+        for logger in self.loggers:
+            logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for logger in self.loggers:
+            logger.removeFilter(self)
+
+    def release(self) -> None:
+        """Hand the held records on to their loggers' handlers, as logging would have (levels already passed)."""
+        held, self.held = self.held, []
+        for record in held:
+            logging.getLogger(record.name).handle(record)
+
+    def drop(self) -> None:
+        self.held = []
 
 
 _installed = False

@@ -27,6 +27,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
+from torchtune_longshort._quiet import HeldRecords
 from torchtune_longshort.data.data_files import (
     check_not_empty, check_not_saved_dataset, is_saved_dataset, load_saved_dataset, named_data_files,
 )
@@ -40,6 +41,7 @@ from torchtune_longshort.data.file_kinds import (
 )
 from torchtune_longshort.data.text_files import (
     DataRecordError,
+    DataSourceError,
     SkippedRecord,
     check_encoding,
     check_first_readable,
@@ -51,7 +53,8 @@ from torchtune_longshort.data.text_files import (
 from torchtune_longshort.data.file_paths import resolve_files, warn_left_out
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.hf_loading import (
-    PG19_SOURCE, check_not_tab_separated, folder_split_files, load_failure, read_failure, row_in, whole_text_files,
+    PG19_SOURCE, builder_loggers, check_not_tab_separated, folder_split_files, load_failure, read_failure, row_in,
+    rows_held, whole_text_files,
 )
 from torchtune_longshort.plural import counted
 
@@ -229,17 +232,21 @@ def hf_text(
                             **load_dataset_kwargs)
 
     def records() -> Iterator[Any]:
-        read = 0
+        read, held = 0, HeldRecords(builder_loggers() if files else ())  # datasets' line, where a file is named
         try:
-            for read, record in enumerate(open_ds(), 1):
+            for read, record in enumerate(rows_held(open_ds, held), 1):
                 yield record
         except DataRecordError:
             raise
         except Exception as e:
             error = read_failure(e, read, files, text_field, source, name, split, names)
+            if isinstance(error, DataRecordError) and not isinstance(error, DataSourceError):  # its file and line
+                held.drop()
             if error is e:
                 raise
             raise error from e
+        finally:
+            held.release()
 
     def docs() -> Iterator[str]:
         for i, rec in enumerate(records()):

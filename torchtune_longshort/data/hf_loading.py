@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from torchtune_longshort._quiet import HeldRecords
 from torchtune_longshort.data.data_files import explain_load_failure, is_saved_dataset, locate_record, source_folder
-from torchtune_longshort.data.file_kinds import data_file_suffixes
+from torchtune_longshort.data.file_kinds import DATA_FILE_BUILDERS, data_file_suffixes
 from torchtune_longshort.data.file_paths import in_hidden, resolve_files, warn_left_out
 from torchtune_longshort.data.source_names import SourceNames
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
@@ -39,6 +40,33 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
     return DataSourceError(f"{source_split(section, source, name, split)}: reading stopped after its first "
                            f"{counted(read, 'record')} ({type(error).__name__}: {' '.join(str(error).split())[:200]}), "
                            "after datasets' own retries: the source (hub, network, disk) failed mid-run")
+
+
+def builder_loggers() -> List[str]:
+    """The loggers of ``datasets``' packaged builders that read local data files (:data:`~.file_kinds.
+    DATA_FILE_BUILDERS`): each its module's name, as its ``datasets.utils.logging.get_logger(__name__)`` names it."""
+    from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES  # deferred: datasets (heavy import)
+
+    return [_PACKAGED_DATASETS_MODULES[b][0] for b in DATA_FILE_BUILDERS if b in _PACKAGED_DATASETS_MODULES]
+
+
+def rows_held(open_rows: Callable[[], Iterable[Any]], held: HeldRecords) -> Iterator[Any]:
+    """The rows of ``open_rows()`` (a ``datasets`` load, streamed or not), the load and each row's read run with
+    ``held`` holding the builders' log lines (:func:`builder_loggers`), handed on once the read returns. A failure
+    leaves them held: its caller drops them where it names the file and line itself (datasets' json builder logs
+    "Failed to load JSON from file '...' with error ... ArrowInvalid ..." before it raises, a second account printed
+    ahead of the refusal's one line), else releases them."""
+    with held:
+        rows = iter(open_rows())
+    held.release()
+    end = object()
+    while True:
+        with held:
+            row = next(rows, end)
+        held.release()
+        if row is end:
+            return
+        yield row
 
 
 def check_not_tab_separated(record: Any, text_field: str, source: Any, load_dataset_kwargs: Mapping[str, Any],

@@ -1,0 +1,75 @@
+"""A torn JSON line read by ``hf_text`` (``source: json`` + ``data_files``, or ``source: <folder>``) is refused in one
+line on stderr. Before, ``datasets``' json builder logged its own line first, ``Failed to load JSON from file '...'
+with error <class 'pyarrow.lib.ArrowInvalid'>: ...``, ahead of the refusal that names ``a.jsonl:4``. References: the
+torn line found with ``json.loads`` line by line, and ``datasets``' own json builder logging that line for the same
+file (so the one-line check can fail)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from datasets import load_dataset
+
+from bounded_child import run_bounded
+
+LINES = ['{"text": "a a a"}', '{"text": "b b b"}', '{"text": "c c c"}', '{"text": "torn', '{"text": "d d d"}']
+# What a user's run does with the dataset: the recipe builds hf_text from its `dataset:` and refuses as `refusing`.
+RUN = ("import sys; from torchtune_longshort.data import corpus; from torchtune_longshort.refusals import refusing; "
+       "refusing('longshort_finetune', lambda: corpus.hf_text(sys.argv[1], **dict(a.split('=') for a in sys.argv[2:])))")
+
+
+def _torn_line(path: Path) -> int:
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            json.loads(line)
+        except json.JSONDecodeError:
+            return i
+    raise AssertionError("no torn line")
+
+
+@pytest.mark.parametrize("args", [["json", "data_files={}/a.jsonl"], ["{}/books"]], ids=["data_files", "folder"])
+def test_a_torn_line_is_refused_in_one_line_on_stderr(tmp_path, args, caplog):
+    args = [a.format(tmp_path) for a in args]
+    books = tmp_path / "books"
+    books.mkdir()
+    for path in (tmp_path / "a.jsonl", books / "a.jsonl"):
+        path.write_text("\n".join(LINES) + "\n")
+    with caplog.at_level(logging.ERROR), pytest.raises(Exception):  # datasets' own line, for this very file
+        list(load_dataset("json", data_files=str(tmp_path / "a.jsonl"), split="train", streaming=True))
+    assert any(r.getMessage().startswith("Failed to load JSON from file") for r in caplog.records)
+    torn = tmp_path / "a.jsonl" if len(args) > 1 else books / "a.jsonl"
+    p = run_bounded(RUN, *args, seconds=60, spun="hf_text on a torn line")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.splitlines() == [p.stderr.strip()], p.stderr
+    assert p.stderr.startswith(f"longshort_finetune: error: dataset: {torn}:{_torn_line(tmp_path / 'a.jsonl')}: "
+                               "not a JSON line"), p.stderr
+
+
+def test_held_lines_are_handed_on_where_no_refusal_explains_them():
+    from torchtune_longshort._quiet import HeldRecords  # new here: the test above runs on the parent commit too
+    from torchtune_longshort.data.hf_loading import builder_loggers
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger(builder_loggers()[0])
+    logger.addHandler(handler)
+    try:
+        held = HeldRecords(builder_loggers())
+        with held:
+            logger.error("kept")
+            logger.error("dropped")
+        assert records == []
+        held.held.pop()
+        held.release()
+        with held:
+            logger.error("forgotten")
+        held.drop()
+        held.release()
+        logger.error("after")
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in records] == ["kept", "after"]
