@@ -50,3 +50,22 @@ def test_a_run_saved_when_geoparquet_files_were_no_text_is_not_resumed_on_their_
     assert f"took a .geoparquet file named as such for no text (refused, or one record skipped), and left it out of " \
         f"a folder ({geo} here" in said
     assert earlier_clauses(corpus.local_text(str(plain.parent)).earlier_reading, saved) == ""
+
+
+def test_a_parquet_file_under_another_name_is_told_every_suffix_datasets_reads_it_by(tmp_path):
+    # before: "a Parquet file, not text: name it *.parquet", the one suffix of the three; the reference is datasets'
+    # own table of suffixes and builders, and each suffix named reads the same file by its rows
+    import re
+    import shutil
+
+    from datasets.packaged_modules import _EXTENSION_TO_MODULE
+
+    wrong = _rows(tmp_path / "books" / "a.txt")
+    with pytest.raises(ValueError) as err:
+        list(corpus.local_text(str(wrong))())
+    assert "a Parquet file, not text" in str(err.value)
+    named = re.findall(r"\*(\.\w+)", str(err.value).split("not text: ", 1)[1])
+    assert set(named) == {s for s, (builder, _) in _EXTENSION_TO_MODULE.items() if builder == "parquet"}
+    for suffix in named:
+        renamed = shutil.copy(wrong, tmp_path / f"a{suffix}")
+        assert list(corpus.local_text(str(renamed))()) == TEXTS

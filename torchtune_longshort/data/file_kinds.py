@@ -46,6 +46,12 @@ def record_suffixes() -> Tuple[str, ...]:
     return tuple(dict.fromkeys((JSON_LINES_SUFFIX, JSON_SUFFIX, *records, PARQUET_SUFFIX)))
 
 
+def parquet_suffixes() -> Tuple[str, ...]:
+    """The suffixes ``datasets`` reads with its ``parquet`` builder (``.parquet``, ``.geoparquet``, ``.gpq``:
+    :func:`_builders`), which every reader reads by rows (:func:`parquet_file`)."""
+    return tuple(dict.fromkeys((PARQUET_SUFFIX, *(s for s, builder in _builders().items() if builder == "parquet"))))
+
+
 def parquet_file(path: Union[str, Path]) -> bool:
     """Whether the reader reads ``path`` as Parquet, one record a row: a suffix ``datasets`` reads with its
     ``parquet`` builder (``.parquet``, ``.geoparquet``, ``.gpq``: :func:`_builders`). ``.parquet``, ``.jsonl`` and
@@ -92,7 +98,7 @@ NOT_DECODED = "bytes that are not"
 COMPRESSED = "-compressed file, not text"
 _DECOMPRESS = "decompress it first (the reader takes text, .jsonl, .json and .parquet files)"
 _MAGIC = (
-    (b"PAR1", "a Parquet file", f"name it *{PARQUET_SUFFIX}, whose rows are read as records"),
+    (b"PAR1", "a Parquet file", None),  # the fix names parquet_suffixes(): asked of datasets when one is met
     (b"\x1f\x8b", "a gzip-compressed file", _DECOMPRESS),
     (b"BZh", "a bzip2-compressed file", _DECOMPRESS),
     (b"\xfd7zXZ\x00", "an xz-compressed file", _DECOMPRESS),
@@ -109,6 +115,7 @@ def not_text(head: bytes, encoding: str = "utf-8") -> Optional[str]:
     local data) would read such a file as a document of replacement characters and score it."""
     for magic, what, fix in _MAGIC:
         if head.startswith(magic):
+            fix = fix or f"name it {' or '.join(f'*{s}' for s in parquet_suffixes())}, whose rows are read as records"
             return f"{what}, not text: {fix}"
     if codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
         return None  # NUL bytes are its text's
