@@ -1,8 +1,8 @@
-"""A torn JSON line read by ``hf_text`` (``source: json`` + ``data_files``, or ``source: <folder>``) is refused in one
-line on stderr. Before, ``datasets``' json builder logged its own line first, ``Failed to load JSON from file '...'
-with error <class 'pyarrow.lib.ArrowInvalid'>: ...``, ahead of the refusal that names ``a.jsonl:4``. References: the
-torn line found with ``json.loads`` line by line, and ``datasets``' own json builder logging that line for the same
-file (so the one-line check can fail)."""
+"""A torn JSON line read by ``hf_text`` (``source: json`` + ``data_files``, or ``source: <folder>``), or by a
+torchtune builder's ``load_dataset``, is refused in one line on stderr. Before, ``datasets``' json builder logged its
+own line first, ``Failed to load JSON from file '...' with error <class 'pyarrow.lib.ArrowInvalid'>: ...``, ahead of
+the refusal that names ``a.jsonl:4``. References: the torn line found with ``json.loads`` line by line, and
+``datasets``' own json builder logging that line for the same file (so the one-line check can fail)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from bounded_child import run_bounded
 LINES = ['{"text": "a a a"}', '{"text": "b b b"}', '{"text": "c c c"}', '{"text": "torn', '{"text": "d d d"}']
 # What a user's run does with the dataset: the recipe builds hf_text from its `dataset:` and refuses as `refusing`.
 RUN = ("import sys; from torchtune_longshort.data import corpus; from torchtune_longshort.refusals import refusing; "
-       "refusing('longshort_finetune', lambda: corpus.hf_text(sys.argv[1], **dict(a.split('=') for a in sys.argv[2:])))")
+       "refusing('longshort_finetune', "
+       "lambda: corpus.hf_text(sys.argv[1], **dict(a.split('=') for a in sys.argv[2:])))")
 
 
 def _torn_line(path: Path) -> int:
@@ -46,6 +47,26 @@ def test_a_torn_line_is_refused_in_one_line_on_stderr(tmp_path, args, caplog):
     assert p.stderr.splitlines() == [p.stderr.strip()], p.stderr
     assert p.stderr.startswith(f"longshort_finetune: error: dataset: {torn}:{_torn_line(tmp_path / 'a.jsonl')}: "
                                "not a JSON line"), p.stderr
+
+
+# A torchtune-style builder (its first parameter the tokenizer) that loads its files as torchtune's
+# text_completion_dataset does (load_dataset(source, data_files=..., split=...)), built as the recipe builds it;
+# datasets' progress bars (another matter) off by datasets' own switch.
+BUILD = ("import sys, datasets; from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset; "
+         "from torchtune_longshort.refusals import refusing; "
+         "builder = lambda tokenizer, source, data_files, split: datasets.load_dataset(source, data_files=data_files, "
+         "split=split); refusing('longshort_finetune', lambda: build_torchtune_dataset(builder, None, "
+         "{'source': 'json', 'data_files': sys.argv[1], 'split': 'train'}))")
+
+
+def test_a_torn_line_in_a_torchtune_builder_s_files_is_refused_in_one_line_on_stderr(tmp_path, monkeypatch):
+    path = tmp_path / "a.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
+    monkeypatch.setenv("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    p = run_bounded(BUILD, path, seconds=60, spun="a torchtune builder on a torn line")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.splitlines() == [p.stderr.strip()], p.stderr
+    assert p.stderr.startswith(f"longshort_finetune: error: dataset: {path}:{_torn_line(path)}: not a JSON line")
 
 
 def test_held_lines_are_handed_on_where_no_refusal_explains_them():

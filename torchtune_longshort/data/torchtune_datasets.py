@@ -18,8 +18,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, List, Optional, Tuple
 
+from torchtune_longshort._quiet import HeldRecords
 from torchtune_longshort.data.corpus import Documents
 from torchtune_longshort.data.document_source import DocumentSource
+from torchtune_longshort.data.hf_loading import builder_loggers
 from torchtune_longshort.data.data_files import explain_load_failure, locate_record, named_files, record_problem
 from torchtune_longshort.data.source_names import record_or_skipped
 from torchtune_longshort.data.text_files import DataRecordError, check_first_readable
@@ -37,14 +39,25 @@ def takes_tokenizer(component: Any) -> bool:
 def build_torchtune_dataset(builder: Any, tokenizer: Any, args: dict, where: str = "dataset") -> Any:
     """``builder(tokenizer, **args)``; a failure of ``datasets`` to read the named files is re-raised naming the file
     and line of the first unreadable record (or the files, when they read fine here)."""
+    held = HeldRecords(builder_loggers())  # datasets' "Failed to load JSON ..." line, said again by the refusal
     try:
-        return builder(tokenizer, **args)
+        with held:
+            return builder(tokenizer, **args)
     except (StopIteration, ValueError, KeyError, TypeError, OSError) as e:
-        raise explain_load_failure(named_files(args, where), args.get("column"), where, e) from e
+        raise _named(held, explain_load_failure(named_files(args, where), args.get("column"), where, e)) from e
     except Exception as e:  # datasets' DatasetGenerationError and kin
         if type(e).__module__.split(".")[0] != "datasets":
             raise
-        raise explain_load_failure(named_files(args, where), args.get("column"), where, e) from e
+        raise _named(held, explain_load_failure(named_files(args, where), args.get("column"), where, e)) from e
+    finally:
+        held.release()
+
+
+def _named(held: HeldRecords, error: Exception) -> Exception:
+    """``error``, the builders' log lines ``held`` dropped where it names the file and line of the record."""
+    if isinstance(error, DataRecordError):
+        held.drop()
+    return error
 
 
 def read_record(dataset: Any, i: int, what: str, files: List[Tuple[str, Any]], column: Optional[str],
