@@ -89,6 +89,36 @@ def test_misalignment_skips_with_its_own_key(data, sp_tokenizer_dir):
         samples_from_metadata({**meta, "mis_skip_bad_records": "maybe"}, "mis", 64, 3)
 
 
+@pytest.mark.parametrize("prefix", ["ppl", "mis"])
+def test_a_torn_line_of_a_hub_source_names_the_tasks_way_on(data, sp_tokenizer_dir, prefix):
+    """A data set (``<prefix>_source: hf``, a local folder datasets reads) whose line is torn: the reason advised the
+    training recipe's ``torchtune_longshort.data.corpus.local_text (path: them)`` and ``skip_bad_records: True``,
+    then ``<prefix>_skip_bad_records``, which datasets' parser never reaches. Now it names the task's own keys, and
+    following it (the keys it names, read from the reason) gives the samples of the same data without the line."""
+    import re
+
+    from torchtune_longshort.eval.tasks.common.long_text import samples_from_metadata
+    from torchtune_longshort.eval.tasks.common.unavailable import TaskDataError
+
+    _, clean = data
+    torn = clean.parent / "torn"
+    torn.mkdir()
+    lines = (clean / "data.jsonl").read_text().splitlines(keepends=True)
+    (torn / "data.jsonl").write_text("".join(lines[:2]) + '{"text": "torn\n' + "".join(lines[2:]))
+    meta = {**_sources(torn, prefix)["hf"], "tokenizer": str(sp_tokenizer_dir)}
+    with pytest.raises(TaskDataError) as refused:
+        samples_from_metadata(meta, prefix, 64, 3)
+    said = str(refused.value)
+    assert "data.jsonl:3: not a JSON line" in said and "local_text" not in said and "(path: them)" not in said, said
+    files_key, skip_key = re.search(r"read the same files with (\w+)=<them> in --metadata .* with (\w+): true", said
+                                    ).groups()
+    got = samples_from_metadata({files_key: str(torn), skip_key: True, "tokenizer": str(sp_tokenizer_dir)}, prefix,
+                                64, 3)
+    ref = samples_from_metadata({**_sources(clean, prefix)["local"], "tokenizer": str(sp_tokenizer_dir)}, prefix, 64, 3)
+    assert [s.token_ids for s in got] == [s.token_ids for s in ref]
+    assert said.count("_skip_bad_records") == 1, said  # not also told to skip with a key that does not reach it
+
+
 def test_haystacks_skip_an_unreadable_record(data, monkeypatch):
     from torchtune_longshort.data import corpus
     from torchtune_longshort.eval.tasks.babilong.haystack import iter_haystack_lines

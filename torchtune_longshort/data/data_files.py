@@ -20,6 +20,7 @@ from torchtune_longshort.data.file_kinds import (
     data_file_suffixes, JSON_SUFFIX, holds_json_lines, json_lines_file, line_of, parquet_file, row_of,
 )
 from torchtune_longshort.data.folder_entry import no_folder
+from torchtune_longshort.data.source_names import SourceNames
 from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents, without_bom
 
 
@@ -256,11 +257,12 @@ def check_not_empty(files: List[Tuple[str, Path]]) -> None:
 
 
 def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], where: str, error: BaseException,
-                         setting: str = "column") -> Exception:
+                         setting: str = "column", skipping_reader: str = SourceNames.skipping_reader) -> Exception:
     """The error to raise when ``datasets`` could not build (or read) the source: the first record of ``files`` that
     no parser reads (a torn JSON line, bytes that are not UTF-8: ``<file>:<line>``, with the way on), else the first
     record without its text (``column``), else the original error with the files named. ``setting``: the source's
-    option that names the text column (``column`` for torchtune builders, ``text_field`` for ``hf_text``).
+    option that names the text column (``column`` for torchtune builders, ``text_field`` for ``hf_text``);
+    ``skipping_reader``: the way on to a reader that skips a torn line, in its caller's words (:class:`SourceNames`).
 
     Parse failures come first: ``datasets``' parser stops at them whatever the settings, while a record without its
     text is one ``skip_bad_records`` skips (naming it sent the user to a record that was not the blocker)."""
@@ -282,8 +284,7 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
             pass
     except DataRecordError as e:
         return _unskippable(f"{where}: {e}: datasets' parser stops at it (skip_bad_records does not reach it): "
-                            "mend the file, or read the same files with torchtune_longshort.data.corpus.local_text "
-                            "(path: them), which reads them and skips such records with skip_bad_records: True")
+                            f"mend the file, or read the same files with {skipping_reader}")
     if field_problems:
         return _unskippable(f"{where}: {field_problems[0]}")
     return ValueError(f"{where} ({named}) could not be loaded: {type(error).__name__}: {error}")

@@ -26,6 +26,9 @@ class SourceNames:
     flags: Mapping[str, str] = field(default_factory=dict)
     # how this builder reads local files instead of a hub dataset, for the messages of one that cannot be loaded
     local_files: str = "local files (source: json, data_files: ...)"
+    # how to read the same local files with the reader that skips a record datasets' parser stops at (a torn line)
+    skipping_reader: str = ("torchtune_longshort.data.corpus.local_text (path: them), which reads them and skips such "
+                            "records with skip_bad_records: True")
 
     def __call__(self, arg: str) -> str:
         return self.flags.get(arg, f"{self.where}.{arg}")

@@ -22,7 +22,7 @@ from torchtune_longshort.data import corpus
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sources -> corpus.stdlib()'s arguments
 from torchtune_longshort.data.stdlib_overlap import CHECKPOINT_KEYS, overlap_warning, warn_overlap
-from torchtune_longshort.data.text_files import DataRecordError, DataSourceError, SkippedRecord
+from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
 from torchtune_longshort.eval.tasks.common.local_files import read_local
 from torchtune_longshort.eval.tasks.common.token_sequences import (
     FixedLengthSample, TaskTokenizer, fixed_length_samples, tokenizer_from_metadata)
@@ -40,7 +40,8 @@ SOURCES = (*STDLIB_SOURCES, "local", "hf", *HF_PRESETS)
 def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> Iterator[str]:
     """The texts of ``documents`` (a source's iteration), without the records it skipped (each logged as a warning);
     a record it could not read, unskipped, as :class:`TaskDataError` ending in ``skip_hint`` (how to skip; not where
-    the source itself failed, :class:`DataSourceError`, which no skipping passes)."""
+    no skipping passes: the source itself failed, :class:`DataSourceError`, or ``datasets``' parser stopped at a file,
+    ``skippable`` false)."""
     skipped = 0
     try:
         for text in documents:
@@ -51,7 +52,7 @@ def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> 
                 continue
             yield text
     except DataRecordError as e:
-        hint = skip_hint and not isinstance(e, DataSourceError)
+        hint = skip_hint and e.skippable  # not a source that failed, nor a file datasets' parser stops at
         raise TaskDataError(f"{e} ({skip_hint})" if hint else str(e)) from None
     except OSError as e:  # a file it may not open (chmod 000) ended the whole run; no skipping passes it (training's
         if e.filename is None or isinstance(e, ConnectionError):  # DataSourceError alike)
@@ -122,7 +123,9 @@ def iter_texts(
             prefix = text_field_setting[:-len("_text_field in --metadata")]
             own = {"source": f"{prefix}_dataset_path in --metadata"} if source == "hf" else {}  # a preset: its name
             names = SourceNames("data set", {**names.flags, **own}, local_files=(
-                f"local files ({prefix}_data_files=<path or glob> in --metadata, or {prefix}_source=stdlib)"))
+                f"local files ({prefix}_data_files=<path or glob> in --metadata, or {prefix}_source=stdlib)"),
+                skipping_reader=(f"{prefix}_data_files=<them> in --metadata (read by the task's own reader, which "
+                                 f"skips such records with {prefix}_skip_bad_records: true)"))
         with source_names(names):
             documents = corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name,
                                        check_first=False, skip_bad_records=skip_bad_records)
