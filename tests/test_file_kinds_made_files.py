@@ -88,3 +88,15 @@ def test_the_data_file_suffixes_are_datasets_own_for_the_builders_read():
 def test_a_magic_number_inside_the_text_is_no_kind_of_file():
     # only a file's first bytes say its kind: a book may mention "PAR1", "BZh" or "ARROW1" anywhere else
     assert not_text(b"chapter one: the PAR1 meeting, BZh hums, ARROW1 flies\n") is None
+
+
+@pytest.mark.parametrize("kind", ["gzip", "bzip2", "xz", "zstd"])
+def test_a_compressed_file_is_told_every_record_suffix_datasets_reads(kind):
+    # a hand-kept list said "(the reader takes text, .jsonl, .json and .parquet files)": a user who decompressed to
+    # *.ndjson or *.gpq was told the reader does not take it
+    import re
+
+    said = not_text(MADE[kind]())
+    named = set(re.findall(r"\.\w+", said.split("decompress it first", 1)[1]))
+    expected = {s for s, (builder, _) in _EXTENSION_TO_MODULE.items() if builder in ("json", "parquet")}
+    assert {".ndjson", ".geoparquet", ".gpq"} <= expected and named == expected, said

@@ -96,13 +96,23 @@ def line_of(path: Union[str, Path], line: int) -> str:
 # ``source_names.mend_or_skip``).
 NOT_DECODED = "bytes that are not"
 COMPRESSED = "-compressed file, not text"
-_DECOMPRESS = "decompress it first (the reader takes text, .jsonl, .json and .parquet files)"
+
+
+def _decompress() -> str:
+    return f"decompress it first (the reader takes text files, and records in {', '.join(record_suffixes())} files)"
+
+
+def _name_parquet() -> str:
+    return f"name it {' or '.join(f'*{s}' for s in parquet_suffixes())}, whose rows are read as records"
+
+
+# Each fix that names suffixes is asked of datasets (record_suffixes, parquet_suffixes) when such a file is met.
 _MAGIC = (
-    (b"PAR1", "a Parquet file", None),  # the fix names parquet_suffixes(): asked of datasets when one is met
-    (b"\x1f\x8b", "a gzip-compressed file", _DECOMPRESS),
-    (b"BZh", "a bzip2-compressed file", _DECOMPRESS),
-    (b"\xfd7zXZ\x00", "an xz-compressed file", _DECOMPRESS),
-    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file", _DECOMPRESS),
+    (b"PAR1", "a Parquet file", _name_parquet),
+    (b"\x1f\x8b", "a gzip-compressed file", _decompress),
+    (b"BZh", "a bzip2-compressed file", _decompress),
+    (b"\xfd7zXZ\x00", "an xz-compressed file", _decompress),
+    (b"\x28\xb5\x2f\xfd", "a zstd-compressed file", _decompress),
     (b"PK\x03\x04", "a zip archive", "extract its files and name them"),
     (b"ARROW1", "an Arrow file", "load its folder as a Hugging Face data set"),
 )
@@ -115,8 +125,7 @@ def not_text(head: bytes, encoding: str = "utf-8") -> Optional[str]:
     local data) would read such a file as a document of replacement characters and score it."""
     for magic, what, fix in _MAGIC:
         if head.startswith(magic):
-            fix = fix or f"name it {' or '.join(f'*{s}' for s in parquet_suffixes())}, whose rows are read as records"
-            return f"{what}, not text: {fix}"
+            return f"{what}, not text: {fix() if callable(fix) else fix}"
     if codecs.lookup(encoding).name.startswith(("utf-16", "utf-32")):
         return None  # NUL bytes are its text's
     if head.startswith(_UTF16):
