@@ -69,3 +69,19 @@ def test_a_parquet_file_under_another_name_is_told_every_suffix_datasets_reads_i
     for suffix in named:
         renamed = shutil.copy(wrong, tmp_path / f"a{suffix}")
         assert list(corpus.local_text(str(renamed))()) == TEXTS
+
+
+def test_a_parquet_file_under_another_name_is_not_told_to_skip_it(tmp_path):
+    # before, the refusal ended "mend the record, or skip such records with dataset.skip_bad_records=True": skipping
+    # drops the whole file, every row pyarrow reads in it, while the rename it names reads them
+    import pyarrow.parquet as pq
+
+    wrong = _rows(tmp_path / "books" / "a.txt")
+    (tmp_path / "books" / "b.txt").write_text("another book")
+    skipped = [d for d in corpus.local_text(str(wrong.parent), skip_bad_records=True)() if d]
+    assert skipped == ["another book"] and pq.read_table(wrong).column("text").to_pylist() == TEXTS
+    with pytest.raises(ValueError) as err:
+        corpus.local_text(str(wrong.parent))
+    said = str(err.value)
+    assert said.startswith(f"{wrong}: a Parquet file, not text: name it *.parquet") and "skip" not in said, said
+    assert said.endswith("whose rows are read as records") and "mend" not in said, said

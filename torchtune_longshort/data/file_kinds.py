@@ -96,6 +96,8 @@ def line_of(path: Union[str, Path], line: int) -> str:
 # ``source_names.mend_or_skip``).
 NOT_DECODED = "bytes that are not"
 COMPRESSED = "-compressed file, not text"
+# A Parquet file under another suffix: a whole file of records, which renaming reads and no skipping helps
+MISNAMED_PARQUET = "a Parquet file, not text"
 
 
 def _decompress() -> str:
@@ -108,7 +110,7 @@ def _name_parquet() -> str:
 
 # Each fix that names suffixes is asked of datasets (record_suffixes, parquet_suffixes) when such a file is met.
 _MAGIC = (
-    (b"PAR1", "a Parquet file", _name_parquet),
+    (b"PAR1", MISNAMED_PARQUET[:-len(", not text")], _name_parquet),
     (b"\x1f\x8b", "a gzip-compressed file", _decompress),
     (b"BZh", "a bzip2-compressed file", _decompress),
     (b"\xfd7zXZ\x00", "an xz-compressed file", _decompress),
