@@ -98,6 +98,11 @@ NOT_DECODED = "bytes that are not"
 COMPRESSED = "-compressed file, not text"
 # A Parquet file under another suffix: a whole file of records, which renaming reads and no skipping helps
 MISNAMED_PARQUET = "a Parquet file, not text"
+_ZIP, _ARROW = "a zip archive", "an Arrow file"
+# A whole file of another kind, whose own way on (rename, extract, load as a data set) reads it: skipping a bad record
+# would drop the whole file, so no message tells to skip it (``source_names.mend_or_skip``)
+WRONG_KIND = (MISNAMED_PARQUET, f"{_ZIP}, not text", f"{_ARROW}, not text")
+
 
 
 def _decompress() -> str:
@@ -115,8 +120,8 @@ _MAGIC = (
     (b"BZh", "a bzip2-compressed file", _decompress),
     (b"\xfd7zXZ\x00", "an xz-compressed file", _decompress),
     (b"\x28\xb5\x2f\xfd", "a zstd-compressed file", _decompress),
-    (b"PK\x03\x04", "a zip archive", "extract its files and name them"),
-    (b"ARROW1", "an Arrow file", "load its folder as a Hugging Face data set"),
+    (b"PK\x03\x04", _ZIP, "extract its files and name them"),
+    (b"ARROW1", _ARROW, "load its folder as a Hugging Face data set"),
 )
 _UTF16 = (b"\xff\xfe", b"\xfe\xff")
 

@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, TypeVar, Union
 
-from torchtune_longshort.data.file_kinds import COMPRESSED, MISNAMED_PARQUET, NOT_DECODED
+from torchtune_longshort.data.file_kinds import COMPRESSED, NOT_DECODED, WRONG_KIND
 from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
 
 T = TypeVar("T")
@@ -61,9 +61,10 @@ def mend_or_skip(error: object, names: SourceNames) -> DataRecordError:
     """A bad record found before training, with the way on: mend it, or skip such records; bytes that do not decode
     also name the reader's ``encoding`` (a Latin-1 file was told only to be mended or skipped), and a compressed file
     the source that reads it compressed, where the user names sources by config keys (a command line's own say); a
-    Parquet file under another suffix keeps its own way on alone (rename it: skipping would drop its every row)."""
+    whole file of another kind (Parquet under another suffix, a zip archive, an Arrow file: ``file_kinds.WRONG_KIND``)
+    keeps its own way on alone (rename, extract, load it: skipping would drop the whole file)."""
     said, ways = str(error), ["mend the record"]
-    if MISNAMED_PARQUET in said:
+    if any(kind in said for kind in WRONG_KIND):
         return DataRecordError(said)
     if NOT_DECODED in said and (not names.flags or "encoding" in names.flags):
         ways.append(f"name the files' encoding ({names('encoding')}: latin-1, cp1252, ...)")

@@ -1,0 +1,46 @@
+"""A whole file of another kind given as text (a zip archive, an Arrow file) is told its own fix alone: before, the
+refusal ended "mend the record, or skip such records with dataset.skip_bad_records=True", and skipping drops the
+whole file, every member zipfile reads in it and every row pyarrow reads in it (as for a Parquet file under another
+name: tests/test_geoparquet_records.py). The references: zipfile's and pyarrow.ipc's own reads of the file."""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+
+from torchtune_longshort.data import corpus
+
+TEXTS = ["book one " * 6, "book two " * 6]
+
+
+def _zip(path):
+    with zipfile.ZipFile(path, "w") as z:
+        for i, text in enumerate(TEXTS):
+            z.writestr(f"{i}.txt", text)
+    with zipfile.ZipFile(path) as z:
+        return [z.read(n).decode() for n in z.namelist()]
+
+
+def _arrow(path):
+    pa = pytest.importorskip("pyarrow")
+    table = pa.table({"text": TEXTS})
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
+        writer.write_table(table)
+    with pa.memory_map(str(path)) as f:
+        return pa.ipc.open_file(f).read_all().column("text").to_pylist()
+
+
+@pytest.mark.parametrize("kind, fix", [(_zip, "a zip archive, not text: extract its files and name them"),
+                                       (_arrow, "an Arrow file, not text: load its folder as a Hugging Face data set")])
+def test_a_whole_file_of_another_kind_is_not_told_to_skip_it(tmp_path, kind, fix):
+    (tmp_path / "books").mkdir()
+    wrong = tmp_path / "books" / "a.txt"
+    assert kind(wrong) == TEXTS  # the file holds the texts, which its own reader reads
+    (tmp_path / "books" / "b.txt").write_text("another book")
+    skipped = [d for d in corpus.local_text(str(wrong.parent), skip_bad_records=True)() if d]
+    assert skipped == ["another book"]  # skipping drops the whole file, not a record of it
+    with pytest.raises(ValueError) as err:
+        corpus.local_text(str(wrong.parent))
+    said = str(err.value)
+    assert said == f"{wrong}: {fix}", said
