@@ -104,6 +104,11 @@ _ZIP, _ARROW = "a zip archive", "an Arrow file"
 WRONG_KIND = (MISNAMED_PARQUET, f"{_ZIP}, not text", f"{_ARROW}, not text")
 
 
+def whole_file(said: str) -> bool:
+    """Whether a reader's message ``said`` refuses a whole file of another kind (:data:`WRONG_KIND`, or a compressed
+    file): skipping such records drops the whole file, so the way on is the message's own fix alone."""
+    return COMPRESSED in said or any(kind in said for kind in WRONG_KIND)
+
 
 def _decompress() -> str:
     return f"decompress it first (the reader takes text files, and records in {', '.join(record_suffixes())} files)"

@@ -19,6 +19,7 @@ import re
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from torchtune_longshort.data import corpus
+from torchtune_longshort.data.file_kinds import whole_file
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.stdlib_corpus import STDLIB_SOURCES  # stdlib sources -> corpus.stdlib()'s arguments
 from torchtune_longshort.data.stdlib_overlap import CHECKPOINT_KEYS, overlap_warning, warn_overlap
@@ -41,7 +42,7 @@ def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> 
     """The texts of ``documents`` (a source's iteration), without the records it skipped (each logged as a warning);
     a record it could not read, unskipped, as :class:`TaskDataError` ending in ``skip_hint`` (how to skip; not where
     no skipping passes: the source itself failed, :class:`DataSourceError`, or ``datasets``' parser stopped at a file,
-    ``skippable`` false)."""
+    ``skippable`` false; nor where it would drop a whole file of another kind: ``file_kinds.whole_file``)."""
     skipped = 0
     try:
         for text in documents:
@@ -52,7 +53,9 @@ def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> 
                 continue
             yield text
     except DataRecordError as e:
-        hint = skip_hint and e.skippable  # not a source that failed, nor a file datasets' parser stops at
+        # not a source that failed, nor a file datasets' parser stops at, nor a whole file of another kind (skipping
+        # would drop the whole file: a compressed one, a zip archive)
+        hint = skip_hint and e.skippable and not whole_file(str(e))
         raise TaskDataError(f"{e} ({skip_hint})" if hint else str(e)) from None
     except OSError as e:  # a file it may not open (chmod 000) ended the whole run; no skipping passes it (training's
         if e.filename is None or isinstance(e, ConnectionError):  # DataSourceError alike)
