@@ -257,12 +257,14 @@ def check_not_empty(files: List[Tuple[str, Path]]) -> None:
 
 
 def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], where: str, error: BaseException,
-                         setting: str = "column", skipping_reader: str = SourceNames.skipping_reader) -> Exception:
+                         setting: str = "column", skipping_reader: str = SourceNames.skipping_reader,
+                         skip_setting: str = "skip_bad_records") -> Exception:
     """The error to raise when ``datasets`` could not build (or read) the source: the first record of ``files`` that
     no parser reads (a torn JSON line, bytes that are not UTF-8: ``<file>:<line>``, with the way on), else the first
     record without its text (``column``), else the original error with the files named. ``setting``: the source's
     option that names the text column (``column`` for torchtune builders, ``text_field`` for ``hf_text``);
-    ``skipping_reader``: the way on to a reader that skips a torn line, in its caller's words (:class:`SourceNames`).
+    ``skipping_reader``: the way on to a reader that skips a torn line, and ``skip_setting``: the skipping that does
+    not reach it, in its caller's words (:class:`SourceNames`: ``ppl_skip_bad_records in --metadata``).
 
     Parse failures come first: ``datasets``' parser stops at them whatever the settings, while a record without its
     text is one ``skip_bad_records`` skips (naming it sent the user to a record that was not the blocker)."""
@@ -283,7 +285,7 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
         for _ in iter_documents(paths, column or "text", f"{where}.{setting}", on_bad_record=note):
             pass
     except DataRecordError as e:
-        return _unskippable(f"{where}: {e}: datasets' parser stops at it (skip_bad_records does not reach it): "
+        return _unskippable(f"{where}: {e}: datasets' parser stops at it ({skip_setting} does not reach it): "
                             f"mend the file, or read the same files with {skipping_reader}")
     if field_problems:
         return _unskippable(f"{where}: {field_problems[0]}")

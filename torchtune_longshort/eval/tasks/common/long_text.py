@@ -120,7 +120,9 @@ def iter_texts(
         if not dataset_path:
             raise TaskDataError("source='hf' needs dataset_path=<Hugging Face data set name>")
         split_setting = text_field_setting.replace("text_field", "split", 1)  # ppl_text_field -> ppl_split
-        names = SourceNames("data set", {"text_field": text_field_setting, "split": split_setting},
+        skip_setting = text_field_setting.replace("text_field", "skip_bad_records", 1)  # -> ppl_skip_bad_records
+        names = SourceNames("data set", {"text_field": text_field_setting, "split": split_setting,
+                                         "skip_bad_records": skip_setting},
                             local_files=local_files or SourceNames.local_files)  # passkey's haystack: its keys
         if text_field_setting.endswith("_text_field in --metadata"):  # a task's keys: ppl_dataset_path, ...
             prefix = text_field_setting[:-len("_text_field in --metadata")]
