@@ -39,3 +39,30 @@ def test_a_cache_file_locked_by_another_process_is_refused_naming_it(tmp_path):
     assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["c_rank0.db"]
     with pytest.raises(ValueError, match="holds the answers of a longshort model"):  # unlocked: its owner compared
         check_cache_files(str(tmp_path / "c"), None, "hf", busy_timeout=0.2)
+
+
+@pytest.mark.parametrize("value", [b"garbage", b"\x80\x04\x95", b"cnot_a_module\nThing\n."])
+@pytest.mark.parametrize("model", ["hf", "longshort"])
+def test_a_cache_whose_owner_does_not_decode_is_refused_naming_it(tmp_path, value, model):
+    import pickle
+
+    from torchtune_longshort.eval.model.response_cache import owner_refusal
+
+    with pytest.raises(Exception) as upstream:  # pickle's own read of the value: no owner comes out of it
+        pickle.loads(value)
+    db = tmp_path / "c_rank0.db"
+    with SqliteDict(str(db), autocommit=True) as d:
+        d["0" * 64] = -1.0
+    with closing(sqlite3.connect(str(db))) as conn, conn:  # written by something else under the owner's key
+        conn.execute("INSERT INTO unnamed (key, value) VALUES (?, ?)", (OWNER_KEY, value))
+    before = db.read_bytes()
+    with pytest.raises(ValueError) as refused:
+        check_cache_files(str(tmp_path / "c"), {"rope": "linear:2"} if model == "longshort" else None, model)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"--use_cache: {db}: its entry {OWNER_KEY!r} does not decode "
+                                                f"({type(upstream.value).__name__}: "), line
+    assert line.endswith("move the file aside, or give this run another --use_cache path"), line
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["c_rank0.db"]
+    with SqliteDict(str(db), flag="r") as cache, pytest.raises(ValueError) as claimed:  # the model's own check
+        owner_refusal(cache, {"rope": "linear:2"})
+    assert str(claimed.value) == line

@@ -64,7 +64,22 @@ def owner_refusal(cache: Mapping[str, Any], identity: Optional[Dict[str, Any]], 
     or, with ``identity`` None, to lm-eval's ``model`` (which signs nothing), in one line; None when it may. A
     ``longshort`` model is refused a cache signed by another one or holding unsigned answers; any other model one
     signed by a ``longshort`` model."""
-    return _refusal(cache.get(OWNER_KEY), len(cache), getattr(cache, "filename", "the cache"), identity, model)
+    where = getattr(cache, "filename", "the cache")
+    return _refusal(_decoded_owner(lambda: cache.get(OWNER_KEY), where), len(cache), where, identity, model)
+
+
+def _decoded_owner(read: Callable[[], Any], where: str) -> Any:
+    """``read()``, the owner signed in the cache at ``where``; one whose value does not unpickle (garbage, or written
+    by another program under the same key) raised as ``ValueError`` in one line naming the file: whose answers it
+    holds is unknown, and the file is the user's (moved aside, never deleted here)."""
+    try:
+        return read()
+    except sqlite3.Error:  # the file, not its value (a lock): the caller's to say
+        raise
+    except Exception as e:  # pickle's loads raises whatever the bytes lead it to (UnpicklingError, EOFError, ...)
+        raise ValueError(f"--use_cache: {where}: its entry {OWNER_KEY!r} does not decode ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else 'no detail'}), so whose answers it holds is "
+                         f"unknown: move the file aside, or give this run another --use_cache path") from None
 
 
 def _refusal(owner: Any, size: int, where: str, identity: Optional[Dict[str, Any]], model: str) -> Optional[str]:
@@ -137,7 +152,7 @@ def _read_signature(path: str, busy_timeout: float) -> Optional[Tuple[Any, int]]
             return None
         size = conn.execute(f'SELECT COUNT(*) FROM "{CACHE_TABLE}"').fetchone()[0]
         row = conn.execute(f'SELECT value FROM "{CACHE_TABLE}" WHERE key = ?', (OWNER_KEY,)).fetchone()
-    return (None if row is None else sqlitedict.decode(row[0])), size
+    return (None if row is None else _decoded_owner(lambda: sqlitedict.decode(row[0]), path)), size
 
 
 def drop_refusals(cache: MutableMapping[str, Any]) -> int:
