@@ -91,24 +91,26 @@ def test_a_local_text_file_that_does_not_decode_in_its_first_bytes_is_refused_by
     packed = tmp_path / "books.jsonl.gz"
     packed.write_bytes(gzip.compress(b'{"text": "a"}\n', mtime=0))
     # bytes that do not decode name dataset.encoding (a Latin-1 file was told only to mend or skip), a compressed file
-    # the source that reads it compressed (it was told to "mend the record")
+    # the source that reads it compressed alone (it was told to "mend the record", then to skip it: that drops it)
     encoding = r"name the files' encoding \(dataset.encoding: latin-1, cp1252, ...\)"
+    skip = r", or skip such records with dataset.skip_bad_records=True"
     for path, said in ((bad, rf"bad.txt: bytes that are not utf-8 \(invalid start byte at byte 600\): mend the "
-                             rf"record, {encoding}"),
+                             rf"record, {encoding}{skip}"),
                        (rows, rf"bad.jsonl:4: bytes that are not utf-8 \(invalid continuation byte at byte 13\): "
-                              rf"mend the record, {encoding}"),
+                              rf"mend the record, {encoding}{skip}"),
                        (early, r"early.jsonl:1: no text field 'text' in the record; its fields are \['body'\]. Set "
-                               r"dataset.text_field to one of them: mend the record"),
+                               rf"dataset.text_field to one of them: mend the record{skip}"),
                        (packed, r"books.jsonl.gz: a gzip-compressed file, not text: decompress it first .*: read it "
                                 r"with dataset._component_=torchtune_longshort.data.corpus.hf_text \(dataset.source: "
                                 r"json or text, dataset.data_files: the file; datasets decompresses it\)")):
-        with pytest.raises(ValueError, match=rf"^dataset.path: .*{said}, or skip such records with "
-                                             r"dataset.skip_bad_records=True$"):
+        with pytest.raises(ValueError, match=rf"^dataset.path: .*{said}$"):
             recipe_cls(cfg(path))
     assert not (tmp_path / "out").exists()
-    from torchtune_longshort.data.corpus import hf_text
+    from torchtune_longshort.data.corpus import hf_text, local_text
 
     assert list(hf_text("json", data_files=str(packed))()) == ["a"]  # the way named for the compressed file reads it
+    with pytest.raises(ValueError, match="yields no non-empty documents"):  # skipping drops its one record
+        list(local_text(str(packed), skip_bad_records=True)())
     load_recipe_config(cfg(late))
     load_recipe_config(cfg(bad, skip_bad_records=True))
 

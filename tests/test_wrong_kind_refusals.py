@@ -44,3 +44,24 @@ def test_a_whole_file_of_another_kind_is_not_told_to_skip_it(tmp_path, kind, fix
         corpus.local_text(str(wrong.parent))
     said = str(err.value)
     assert said == f"{wrong}: {fix}", said
+
+
+def test_a_compressed_file_on_a_command_line_is_told_to_decompress_it_alone(tmp_path):
+    # longshort-misalignment --data books/: it ended "...: mend the record, or skip such records with
+    # --skip-bad-records", and skipping drops the whole file, whose text gzip's own read gives
+    import gzip
+
+    from torchtune_longshort.data.source_names import SourceNames, source_names
+
+    (tmp_path / "books").mkdir()
+    packed = tmp_path / "books" / "a.txt"
+    packed.write_bytes(gzip.compress(TEXTS[0].encode(), mtime=0))
+    assert gzip.decompress(packed.read_bytes()).decode() == TEXTS[0]
+    (tmp_path / "books" / "b.txt").write_text("another book")
+    with source_names(SourceNames("--data", {"path": "--data", "skip_bad_records": "--skip-bad-records"})):
+        assert [d for d in corpus.local_text(str(packed.parent), skip_bad_records=True)() if d] == ["another book"]
+        with pytest.raises(ValueError) as err:
+            corpus.local_text(str(packed.parent))
+    said = str(err.value)
+    assert said.startswith(f"{packed}: a gzip-compressed file, not text: decompress it first (") and said.endswith(
+        " files)"), said

@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, TypeVar, Union
 
-from torchtune_longshort.data.file_kinds import COMPRESSED, NOT_DECODED, WRONG_KIND
+from torchtune_longshort.data.file_kinds import COMPRESSED, NOT_DECODED, whole_file
 from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
 
 T = TypeVar("T")
@@ -59,18 +59,20 @@ def source_names(names: SourceNames) -> Iterator[None]:
 
 def mend_or_skip(error: object, names: SourceNames) -> DataRecordError:
     """A bad record found before training, with the way on: mend it, or skip such records; bytes that do not decode
-    also name the reader's ``encoding`` (a Latin-1 file was told only to be mended or skipped), and a compressed file
-    the source that reads it compressed, where the user names sources by config keys (a command line's own say); a
-    whole file of another kind (Parquet under another suffix, a zip archive, an Arrow file: ``file_kinds.WRONG_KIND``)
-    keeps its own way on alone (rename, extract, load it: skipping would drop the whole file)."""
+    also name the reader's ``encoding`` (a Latin-1 file was told only to be mended or skipped). A fault no skipping
+    helps keeps its own way on alone: a compressed file (skipping drops it whole) is told the source that reads it
+    compressed, where the user names sources by config keys (a command line's message says to decompress it); a
+    whole file of another kind (``file_kinds.whole_file``: Parquet under another suffix, a zip archive, an Arrow file:
+    rename, extract, load it) and a file ``datasets``' parser stops at (``skippable`` false) are said as they are."""
     said, ways = str(error), ["mend the record"]
-    if any(kind in said for kind in WRONG_KIND):
-        return DataRecordError(said)
+    if COMPRESSED in said:
+        return DataRecordError(said if names.flags else (
+            f"{said}: read it with {names.where}._component_=torchtune_longshort.data.corpus.hf_text "
+            f"({names.where}.source: json or text, {names.where}.data_files: the file; datasets decompresses it)"))
+    if whole_file(said) or not getattr(error, "skippable", True):
+        return error if isinstance(error, DataRecordError) else DataRecordError(said)
     if NOT_DECODED in said and (not names.flags or "encoding" in names.flags):
         ways.append(f"name the files' encoding ({names('encoding')}: latin-1, cp1252, ...)")
-    if COMPRESSED in said and not names.flags:  # the message says to decompress it
-        ways = [f"read it with {names.where}._component_=torchtune_longshort.data.corpus.hf_text "
-                f"({names.where}.source: json or text, {names.where}.data_files: the file; datasets decompresses it)"]
     return DataRecordError(f"{said}: {', '.join(ways)}, or skip such records with "
                            f"{names.turned_on('skip_bad_records')}")
 
