@@ -56,3 +56,38 @@ def test_the_recipe_names_the_section_s_skip_key(corp, section):
     assert key == f"{section}.skip_bad_records", str(refused.value)
     with pytest.raises(DataRecordError, match="a.jsonl:4: not a JSON line"):
         read(skip_bad_records=True)
+
+
+def _passkey(where):
+    from torchtune_longshort.eval.tasks.passkey.task import haystack_units
+
+    if where is not None:  # the way the reason names: the task's own reader, which skips the torn line
+        return haystack_units("local", data_files=str(where))
+    return haystack_units("pg19")
+
+
+def _babilong(where):
+    from torchtune_longshort.eval.tasks.babilong.haystack import iter_haystack_lines
+
+    return list(zip(range(3), iter_haystack_lines("pg19", label="--haystack")))
+
+
+@pytest.mark.parametrize("read, key", [(_passkey, "passkey_haystack"), (_babilong, "--haystack")])
+def test_a_hub_haystack_names_the_key_the_user_set(corp, monkeypatch, read, key):
+    # a hub haystack (pg19) that datasets finds as a local folder: it said the training component's words,
+    # "(skip_bad_records does not reach it) ... torchtune_longshort.data.corpus.local_text (path: them)"
+    from torchtune_longshort.data.hf_loading import PG19_SOURCE
+    from torchtune_longshort.eval.tasks.common.long_text import HF_PRESETS
+
+    folder = corp / (HF_PRESETS["pg19"][0] if read is _passkey else PG19_SOURCE)
+    folder.mkdir(parents=True)
+    (corp / "a.jsonl").rename(folder / "test.jsonl")
+    monkeypatch.chdir(corp)
+    with pytest.raises(TaskDataError) as refused:
+        read(None)
+    said = str(refused.value)
+    assert "test.jsonl:4: not a JSON line" in said and f"({key}'s own skipping of unreadable records does not " \
+        "reach it)" in said and "local_text" not in said and "dataset." not in said, said
+    assert said.split("or read the same files with ")[1].startswith(key), said
+    if read is _passkey:
+        assert read(folder / "test.jsonl") == [(f"book {i} " * 8).strip() for i in range(3)]  # torn line skipped

@@ -38,6 +38,15 @@ class SourceNames:
         return self.flags[arg] if arg in self.flags else f"{self.where}.{arg}=True"
 
 
+def haystack_names(key: str, local_files: str, skipping_reader: str) -> SourceNames:
+    """How a haystack read from the hub names its settings (``passkey_haystack`` in ``--metadata``, the BABILong
+    generator's ``--haystack``): it skips unreadable records on its own, by no key of the user's, so a file
+    ``datasets``' parser stops at is told that ``key``'s skipping does not reach it, and the way on is the key's own
+    local form (``local_files``: a hub failure's; ``skipping_reader``: one that skips a torn line's)."""
+    return SourceNames("data set", {"skip_bad_records": f"{key}'s own skipping of unreadable records"},
+                       local_files=local_files, skipping_reader=skipping_reader)
+
+
 # How the sources built now are named (set by :func:`source_names`; a config's ``dataset`` otherwise).
 _NAMES: ContextVar[SourceNames] = ContextVar("torchtune_longshort_source_names", default=SourceNames())
 

@@ -19,6 +19,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Protocol,
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.stdlib_corpus import iter_stdlib_documents
 from torchtune_longshort.data.file_paths import resolve_files
+from torchtune_longshort.data.source_names import haystack_names, source_names
 from torchtune_longshort.data.text_files import iter_documents
 from torchtune_longshort.eval.tasks.babilong.stories import Story
 from torchtune_longshort.eval.tasks.common.lengths import length_label
@@ -105,7 +106,9 @@ def _one_pass(haystack: str, label: str = "haystack") -> Iterator[str]:
     if haystack == "stdlib":
         docs: Iterable[str] = iter_stdlib_documents(include_tests=False)
     elif haystack == "pg19":
-        docs = corpus.pg19(split="test", check_first=False, skip_bad_records=True)()
+        with source_names(haystack_names(label, f"a local haystack ({label} <a .txt file, a folder or a glob>)",
+                                         f"{label} <their text as .txt files> (read whole, no record parsed)")):
+            docs = corpus.pg19(split="test", check_first=False, skip_bad_records=True)()
     else:
         docs = iter_documents(haystack_files(haystack, label), encoding_errors="replace")
     for doc in readable_texts(docs, "", f"{label}={haystack!r}"):  # as its refusals name it

@@ -76,7 +76,7 @@ def iter_texts(
     skip_bad_records: bool = False,
     skip_hint: str = "",
     text_field_setting: str = "text_field",
-    files_setting: str = "", local_files: str = "",
+    files_setting: str = "", haystack: Optional[SourceNames] = None,
 ) -> Iterator[str]:
     """Yield documents from a source.
 
@@ -96,7 +96,8 @@ def iter_texts(
         skip_bad_records: a record of a local or hub source that cannot be read (a row whose ``text_field`` is no
             string, a line that is no JSON) is skipped, with a warning, instead of failing; ``skip_hint`` (how to
             ask for that) ends the reason when it is not; ``text_field_setting``: how a reason names ``text_field``;
-            ``files_setting``, given: how it names ``data_files``; ``local_files``: a hub failure's words for them.
+            ``files_setting``, given: how it names ``data_files``; ``haystack``: a haystack's names for a hub source
+            (``source_names.haystack_names``: its key, the local files a hub failure names, its skipping reader).
 
     Raises:
         TaskDataError: a bad source / file, an unreadable record, or hub data that cannot be fetched (offline,
@@ -122,8 +123,10 @@ def iter_texts(
         split_setting = text_field_setting.replace("text_field", "split", 1)  # ppl_text_field -> ppl_split
         skip_setting = text_field_setting.replace("text_field", "skip_bad_records", 1)  # -> ppl_skip_bad_records
         names = SourceNames("data set", {"text_field": text_field_setting, "split": split_setting,
-                                         "skip_bad_records": skip_setting},
-                            local_files=local_files or SourceNames.local_files)  # passkey's haystack: its keys
+                                         "skip_bad_records": skip_setting})
+        if haystack is not None:  # passkey's haystack: its key, its local files
+            names = SourceNames("data set", {**names.flags, **haystack.flags}, local_files=haystack.local_files,
+                                skipping_reader=haystack.skipping_reader)
         if text_field_setting.endswith("_text_field in --metadata"):  # a task's keys: ppl_dataset_path, ...
             prefix = text_field_setting[:-len("_text_field in --metadata")]
             own = {"source": f"{prefix}_dataset_path in --metadata"} if source == "hf" else {}  # a preset: its name

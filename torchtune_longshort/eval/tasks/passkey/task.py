@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from torchtune_longshort.data.source_names import haystack_names
 from torchtune_longshort.eval.tasks import PASSKEY_DEFAULTS, TASK_FAMILIES
 from torchtune_longshort.eval.tasks.common.lengths import lengths_from_metadata, per_depth, per_length, percentages
 from torchtune_longshort.eval.tasks.common.pack_task import sweep_dataset
@@ -50,6 +51,10 @@ TASK_DESCRIPTION = (
 # How a haystack read from the hub that cannot be reached names the local ones (docs/eval.md: passkey_haystack).
 PASSKEY_LOCAL_FILES = ("local files (passkey_haystack=local with passkey_haystack_files=<path or glob> in --metadata, "
                        "or passkey_haystack=filler)")
+# How a hub haystack's messages name its key and the local form that reads (and skips) what it cannot
+PASSKEY_NAMES = haystack_names("passkey_haystack", PASSKEY_LOCAL_FILES, (
+    "passkey_haystack=local with passkey_haystack_files=<them> in --metadata (read by the task's own reader, which "
+    "skips such records)"))
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 QUESTION = "What is the pass key? The pass key is"
 GEN_BUDGET = 16
@@ -97,7 +102,7 @@ def haystack_units(source: str = "filler", data_files: Any = None, max_units: in
         return (sentences * (max_units // len(sentences) + 1))[:max_units]
     units: List[str] = []
     for text in iter_texts(source=source, data_files=data_files, skip_bad_records=True,
-                           files_setting="passkey_haystack_files", local_files=PASSKEY_LOCAL_FILES):
+                           files_setting="passkey_haystack_files", haystack=PASSKEY_NAMES):
         for line in text.splitlines():
             line = line.strip()
             if line:
