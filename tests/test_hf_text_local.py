@@ -108,15 +108,23 @@ def test_a_record_the_parser_stops_at_gets_no_skip_hint(tmp_path):
     assert "skip such records with dataset.skip_bad_records" not in str(caught.value), caught.value
 
 
-def test_text_files_are_read_whole_as_local_text_reads_them(tmp_path):
+def test_text_files_are_read_whole_as_local_text_reads_them(tmp_path, monkeypatch):
     """A folder of ``.txt`` books as ``source`` (or ``source: text``): ``datasets``' text builder made each line a
     record, and the stream put BOS/EOS around every line (the newlines dropped, a blank line an empty document). Now
-    one document a file; the reference: ``local_text`` over the same files. ``sample_by: line`` still gives lines."""
+    one document a file; the reference: ``local_text`` over the same files. ``sample_by: line`` still gives lines.
+    The folder's dataset module (``datasets`` lists and sorts every file for it) is asked once at build, not three
+    times (the folder's split files, its builder, then ``load_dataset`` reading the first record)."""
+    import datasets.load
+
     (tmp_path / "books").mkdir()
     for name, text in (("a.txt", "Chapter 1\n\nIt was a dark night.\nThe end.\n"), ("b.txt", "Second book\nline 2\n")):
         (tmp_path / "books" / name).write_text(text)
     whole = list(corpus.local_text(str(tmp_path / "books"))())
-    assert list(corpus.hf_text(str(tmp_path / "books"))()) == whole
+    asked, factory = [], datasets.load.dataset_module_factory
+    monkeypatch.setattr(datasets.load, "dataset_module_factory", lambda *a, **k: asked.append(a) or factory(*a, **k))
+    built = corpus.hf_text(str(tmp_path / "books"), check_first=False)
+    assert asked == [(str(tmp_path / "books"),)]  # hf_text's one question; load_dataset asks its own when it reads
+    assert list(built()) == whole and len(asked) == 2
     assert list(corpus.hf_text("text", data_files=str(tmp_path / "books" / "a.txt"))()) == whole[:1]
     lines = list(corpus.hf_text("text", data_files=str(tmp_path / "books" / "a.txt"), sample_by="line")())
     assert lines == ["Chapter 1", "It was a dark night.", "The end."]  # the blank line no document, as local_text's

@@ -53,8 +53,8 @@ from torchtune_longshort.data.text_files import (
 from torchtune_longshort.data.file_paths import resolve_files, warn_left_out
 from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.hf_loading import (
-    PG19_SOURCE, builder_loggers, check_not_tab_separated, folder_split_files, load_failure, read_failure, row_in,
-    rows_held, whole_text_files,
+    PG19_SOURCE, builder_loggers, check_not_tab_separated, folder_module, folder_split_files, load_failure,
+    read_failure, row_in, rows_held, whole_text_files,
 )
 from torchtune_longshort.plural import counted
 
@@ -219,9 +219,10 @@ def hf_text(
     section = names.where
     files = named_data_files({"data_files": data_files, "split": split, "source": source,
                               "data_dir": load_dataset_kwargs.get("data_dir")}, section)
+    module = folder_module(source, data_files, load_dataset_kwargs.get("data_dir"))  # asked once: the folder's files
     if data_files is None:  # a folder's own files, as datasets reads them: a torn line or empty file named as above
-        files = folder_split_files(source, split, load_dataset_kwargs.get("data_dir"), section)
-    load_dataset_kwargs, earlier = whole_text_files(source, load_dataset_kwargs, data_files, names)
+        files = folder_split_files(source, module, split, section)
+    load_dataset_kwargs, earlier = whole_text_files(source, load_dataset_kwargs, module, data_files, names)
 
     def open_ds():
         from datasets import load_dataset

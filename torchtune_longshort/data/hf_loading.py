@@ -107,16 +107,16 @@ def row_in(section: str, source: Any, name: Optional[str], split: str, index: in
     return f"{section} {source!r}: {locate_record(files, index, row)}" if files else row
 
 
-def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any], data_files: Any = None,
+def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any], module: Any, data_files: Any = None,
                      names: Optional[SourceNames] = None) -> Tuple[Dict[str, Any], Dict[int, str]]:
     """``load_dataset_kwargs`` with ``sample_by="document"`` where ``datasets``' text builder reads ``source`` (with
-    these ``data_files`` and ``data_dir``, as ``datasets`` decides it) and none is given (one document a file, as
-    :func:`local_text` reads), and how earlier versions read it then (the source's ``earlier_reading``: ``{mark:
-    clause}``); else the kwargs as given and ``{}``. A local folder's data files that ``datasets`` leaves out (it
-    reads those of the most common suffix) are named in one warning, where no ``data_files`` (nor ``data_dir``)
-    names what to read."""
+    these ``data_files`` and ``data_dir``, as ``datasets`` decides it: ``module``, :func:`folder_module` of them)
+    and none is given (one document a file, as :func:`local_text` reads), and how earlier versions read it then (the
+    source's ``earlier_reading``: ``{mark: clause}``); else the kwargs as given and ``{}``. A local folder's data
+    files that ``datasets`` leaves out (it reads those of the most common suffix) are named in one warning, where no
+    ``data_files`` (nor ``data_dir``) names what to read."""
     data_dir = load_dataset_kwargs.get("data_dir")
-    builder = folder_builder(source, data_files, data_dir)
+    builder = folder_builder(module)
     named = data_files is not None or data_dir is not None
     if builder and not named:
         warn_folder_left_out(source, builder[1], names or SourceNames())
@@ -125,20 +125,16 @@ def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any], data_file
     said = "read text files one record a line (this version reads each whole, one document a file)"
     if source == "text" or _all_text_files(source):
         mark = 2
-    elif not named or (folder_builder(source) or ("",))[0] == "text":  # earlier versions asked the folder alone
+    elif not named or (folder_builder(folder_module(source)) or ("",))[0] == "text":  # earlier: the folder alone
         mark = 4  # a folder of mostly *.txt beside other data files (which datasets leaves out): by lines before 4
     else:
         mark = 5  # data_files (data_dir) naming text files in a folder of mostly other data files: by lines before 5
     return {**load_dataset_kwargs, "sample_by": "document"}, {mark: said}
 
 
-def folder_builder(source: Any, data_files: Any = None, data_dir: Optional[str] = None
-                   ) -> Optional[Tuple[str, List[str]]]:
-    """``(builder name, the files it reads)`` of the builder ``datasets`` infers for a local folder ``source`` (not
-    one of ``save_to_disk``) given ``data_files`` and ``data_dir`` (``dataset_module_factory``, as ``load_dataset``
-    asks it): ``"text"`` for files mostly ``*.txt``, its files those of every split; None for another source, or
-    where ``datasets`` finds no data files (the load itself names it)."""
-    module = _folder_module(source, data_files, data_dir)
+def folder_builder(module: Any) -> Optional[Tuple[str, List[str]]]:
+    """``(builder name, the files it reads)`` of a local folder's dataset ``module`` (:func:`folder_module`):
+    ``"text"`` for files mostly ``*.txt``, its files those of every split; None where ``module`` is None."""
     if module is None:
         return None
     configs = module.builder_configs_parameters.builder_configs or []
@@ -146,20 +142,23 @@ def folder_builder(source: Any, data_files: Any = None, data_dir: Optional[str] 
     return module.module_path.split(".")[-1], read
 
 
-def folder_split_files(source: Any, split: str, data_dir: Optional[str], section: str) -> List[Tuple[str, Path]]:
+def folder_split_files(source: Any, module: Any, split: str, section: str) -> List[Tuple[str, Path]]:
     """``[("<section>.source", file)]`` of the files ``datasets`` reads for ``split`` of a local folder ``source``
-    given without ``data_files``, in its order (``dataset_module_factory``, as ``load_dataset`` asks it): what
+    given without ``data_files`` (``module``: :func:`folder_module` of it and its ``data_dir``), in its order: what
     :func:`~.data_files.explain_load_failure` and ``check_not_empty`` read to name a torn line ``<file>:<line>`` or
     an empty file, as they do for named ``data_files``; ``[]`` for another source."""
-    module = _folder_module(source, None, data_dir) if source_folder(source) is not None else None  # not a builder
+    module = module if source_folder(source) is not None else None  # not a builder's name
     configs = (module.builder_configs_parameters.builder_configs or []) if module is not None else []
     found = [fs for config in configs[:1] for name, fs in (config.data_files or {}).items() if str(name) == split]
     return [(f"{section}.source", Path(f)) for fs in found[:1] for f in fs]
 
 
-def _folder_module(source: Any, data_files: Any = None, data_dir: Optional[str] = None) -> Any:
-    """``datasets``' dataset module of a local folder ``source`` (not one of ``save_to_disk``), as ``load_dataset``
-    asks for it; None for another source, or where ``datasets`` finds no data files (the load itself names it)."""
+def folder_module(source: Any, data_files: Any = None, data_dir: Optional[str] = None) -> Any:
+    """``datasets``' dataset module of a local folder ``source`` (not one of ``save_to_disk``) given ``data_files``
+    and ``data_dir``, as ``load_dataset`` asks for it (``dataset_module_factory``: it lists and sorts every file of
+    the folder, most of a start's cost on a folder of many files, so :func:`~.corpus.hf_text` asks it once and hands
+    it to :func:`folder_split_files` and :func:`whole_text_files`); None for another source, or where ``datasets``
+    finds no data files (the load itself names it)."""
     folder = Path(source).expanduser() if isinstance(source, str) else None
     if folder is None or not folder.is_dir() or is_saved_dataset(source):
         return None
