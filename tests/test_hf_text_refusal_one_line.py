@@ -31,7 +31,10 @@ def _torn_line(path: Path) -> int:
     raise AssertionError("no torn line")
 
 
-@pytest.mark.parametrize("args", [["json", "data_files={}/a.jsonl"], ["{}/books"]], ids=["data_files", "folder"])
+# "streaming=" (an empty string, read as False): a read not streamed, whose "Generating train split" bar printed
+# ahead of the refusal
+@pytest.mark.parametrize("args", [["json", "data_files={}/a.jsonl"], ["{}/books"], ["{}/books", "streaming="]],
+                         ids=["data_files", "folder", "folder_not_streamed"])
 def test_a_torn_line_is_refused_in_one_line_on_stderr(tmp_path, args, caplog):
     args = [a.format(tmp_path) for a in args]
     books = tmp_path / "books"
@@ -41,7 +44,7 @@ def test_a_torn_line_is_refused_in_one_line_on_stderr(tmp_path, args, caplog):
     with caplog.at_level(logging.ERROR), pytest.raises(Exception):  # datasets' own line, for this very file
         list(load_dataset("json", data_files=str(tmp_path / "a.jsonl"), split="train", streaming=True))
     assert any(r.getMessage().startswith("Failed to load JSON from file") for r in caplog.records)
-    torn = tmp_path / "a.jsonl" if len(args) > 1 else books / "a.jsonl"
+    torn = tmp_path / "a.jsonl" if args[0] == "json" else books / "a.jsonl"
     p = run_bounded(RUN, *args, seconds=60, spun="hf_text on a torn line")
     assert p.returncode == 2, p.stderr
     assert p.stderr.splitlines() == [p.stderr.strip()], p.stderr
@@ -51,7 +54,7 @@ def test_a_torn_line_is_refused_in_one_line_on_stderr(tmp_path, args, caplog):
 
 # A torchtune-style builder (its first parameter the tokenizer) that loads its files as torchtune's
 # text_completion_dataset does (load_dataset(source, data_files=..., split=...)), built as the recipe builds it;
-# datasets' progress bars (another matter) off by datasets' own switch.
+# datasets' progress bars on, as a user has them: its "Generating train split" bar printed ahead of the refusal.
 BUILD = ("import sys, datasets; from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset; "
          "from torchtune_longshort.refusals import refusing; "
          "builder = lambda tokenizer, source, data_files, split: datasets.load_dataset(source, data_files=data_files, "
@@ -62,7 +65,7 @@ BUILD = ("import sys, datasets; from torchtune_longshort.data.torchtune_datasets
 def test_a_torn_line_in_a_torchtune_builder_s_files_is_refused_in_one_line_on_stderr(tmp_path, monkeypatch):
     path = tmp_path / "a.jsonl"
     path.write_text("\n".join(LINES) + "\n")
-    monkeypatch.setenv("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    monkeypatch.delenv("HF_DATASETS_DISABLE_PROGRESS_BARS", raising=False)
     p = run_bounded(BUILD, path, seconds=60, spun="a torchtune builder on a torn line")
     assert p.returncode == 2, p.stderr
     assert p.stderr.splitlines() == [p.stderr.strip()], p.stderr
@@ -94,3 +97,30 @@ def test_held_lines_are_handed_on_where_no_refusal_explains_them():
     finally:
         logger.removeHandler(handler)
     assert [r.getMessage() for r in records] == ["kept", "after"]
+
+
+def test_datasets_bars_show_once_a_held_read_has_run_its_delay():
+    """:func:`late_bars`: a datasets bar closed before the delay writes nothing (a refusal then is its one line), one
+    updated after it shows (a long read keeps its progress), and bars outside the block are stock tqdm's (shown at
+    once). The reference: the same bar class written to a buffer without the hook."""
+    import io
+    import time
+
+    from datasets.utils import tqdm as bar
+
+    from torchtune_longshort._quiet import late_bars
+
+    def shown(pause: float) -> str:
+        out = io.StringIO()
+        with bar(total=2, desc="Generating train split", file=out, mininterval=0) as b:
+            time.sleep(pause)
+            b.update(2)
+        return out.getvalue()
+
+    assert "Generating train split" in shown(0)  # stock: shown at once, as a refusal's stderr had it
+    with late_bars(0.2):
+        with late_bars(0.2):  # nested: the outer block's hook stays
+            pass
+        assert shown(0) == ""
+        assert "2/2" in shown(0.25)
+    assert "Generating train split" in shown(0)

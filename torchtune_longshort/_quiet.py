@@ -47,6 +47,7 @@ import logging
 import os
 import re
 import subprocess
+import threading
 import warnings
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
@@ -156,6 +157,40 @@ class HeldRecords(logging.Filter):
 
     def drop(self) -> None:
         self.held = []
+
+
+# How long datasets' progress bars stay unshown while a read is held (:func:`late_bars`), in seconds.
+BAR_DELAY = 3.0
+_late = {"depth": 0, "init": None}
+_late_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def late_bars(seconds: float = BAR_DELAY) -> Iterator[None]:
+    """While the block runs, ``datasets``' progress bars ("Generating train split", "Downloading data") start with
+    tqdm's own ``delay``: a bar shows once its read has run ``seconds``, so a read that ends sooner, in a one-line
+    refusal of a torn record, prints no bar ahead of it (it printed one, ``Generating train split: 0 examples``,
+    whatever the read's length), and a long read still shows its progress. A bar the user set (``delay=``) keeps its
+    own; datasets' switch (``HF_DATASETS_DISABLE_PROGRESS_BARS``, ``disable_progress_bars``) still rules. Nested and
+    concurrent blocks share one hook, removed when the last ends."""
+    from datasets.utils import tqdm as bar  # deferred: datasets (heavy import); the class of all datasets' bars
+
+    with _late_lock:
+        if not _late["depth"]:
+            _late["init"] = init = bar.__init__
+
+            def delayed(self, *args, **kwargs):
+                init(self, *args, **{"delay": seconds, **kwargs})
+
+            bar.__init__ = delayed
+        _late["depth"] += 1
+    try:
+        yield
+    finally:
+        with _late_lock:
+            _late["depth"] -= 1
+            if not _late["depth"]:
+                bar.__init__ = _late["init"]
 
 
 _installed = False

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from torchtune_longshort._quiet import HeldRecords
+from torchtune_longshort._quiet import HeldRecords, late_bars
 from torchtune_longshort.data.data_files import explain_load_failure, is_saved_dataset, locate_record, source_folder
 from torchtune_longshort.data.file_kinds import DATA_FILE_BUILDERS, data_file_suffixes
 from torchtune_longshort.data.file_paths import in_hidden, resolve_files, warn_left_out
@@ -56,8 +56,9 @@ def rows_held(open_rows: Callable[[], Iterable[Any]], held: HeldRecords) -> Iter
     ``held`` holding the builders' log lines (:func:`builder_loggers`), handed on once the read returns. A failure
     leaves them held: its caller drops them where it names the file and line itself (datasets' json builder logs
     "Failed to load JSON from file '...' with error ... ArrowInvalid ..." before it raises, a second account printed
-    ahead of the refusal's one line), else releases them."""
-    with held:
+    ahead of the refusal's one line), else releases them. The load's progress bars (a read not streamed) show only
+    once it has run a few seconds (:func:`~torchtune_longshort._quiet.late_bars`): a refusal sooner prints no bar."""
+    with held, late_bars():
         rows = iter(open_rows())
     held.release()
     end = object()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, List, Optional, Tuple
 
-from torchtune_longshort._quiet import HeldRecords
+from torchtune_longshort._quiet import HeldRecords, late_bars
 from torchtune_longshort.data.corpus import Documents
 from torchtune_longshort.data.document_source import DocumentSource
 from torchtune_longshort.data.hf_loading import builder_loggers
@@ -38,10 +38,12 @@ def takes_tokenizer(component: Any) -> bool:
 
 def build_torchtune_dataset(builder: Any, tokenizer: Any, args: dict, where: str = "dataset") -> Any:
     """``builder(tokenizer, **args)``; a failure of ``datasets`` to read the named files is re-raised naming the file
-    and line of the first unreadable record (or the files, when they read fine here)."""
+    and line of the first unreadable record (or the files, when they read fine here). ``datasets``' progress bars
+    show once the build has run a few seconds (:func:`~torchtune_longshort._quiet.late_bars`): a refusal sooner is
+    its one line, no "Generating train split" bar ahead of it."""
     held = HeldRecords(builder_loggers())  # datasets' "Failed to load JSON ..." line, said again by the refusal
     try:
-        with held:
+        with held, late_bars():
             return builder(tokenizer, **args)
     except (StopIteration, ValueError, KeyError, TypeError, OSError) as e:
         raise _named(held, explain_load_failure(named_files(args, where), args.get("column"), where, e)) from e
