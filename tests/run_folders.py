@@ -36,8 +36,13 @@ def tree(folder: Path):
 
 
 def commit_step(run: Path, step: int, source: Path, state: bool = True) -> Path:
-    """``source``'s files (a checkpoint folder) committed as ``run/step_<step>`` the way the recipe saves, an adapter
-    file in a subfolder besides, and (``state``) its recipe state."""
+    """``source``'s files (a checkpoint folder) committed as ``run/step_<step>`` the way the recipe saves (its weights
+    as the writer names them: one shard and its index), an adapter file in a subfolder besides, and (``state``) its
+    recipe state."""
+    import json
+
+    from safetensors import safe_open
+
     from torchtune_longshort.training.checkpointing import StepCheckpoints, staged_state_path
     from torchtune_longshort.training.staging import start_staged
 
@@ -45,6 +50,12 @@ def commit_step(run: Path, step: int, source: Path, state: bool = True) -> Path:
     staged = ckpts.staging_root / f"step_{step}"
     start_staged(staged)
     shutil.copytree(source, staged, dirs_exist_ok=True)
+    if (staged / "model.safetensors").is_file():
+        shard = "model-00001-of-00001.safetensors"
+        with safe_open(str(staged / "model.safetensors"), "pt") as f:
+            index = {"metadata": {}, "weight_map": {k: shard for k in f.keys()}}
+        (staged / "model.safetensors").rename(staged / shard)
+        (staged / "model.safetensors.index.json").write_text(json.dumps(index))
     (staged / "adapter").mkdir()
     (staged / "adapter" / "adapter_config.json").write_text("{}")
     if state:

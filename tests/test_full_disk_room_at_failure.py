@@ -35,8 +35,8 @@ def counted_disk(tmp_path, monkeypatch):
 
 def _fill(folder: Path) -> OSError:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.safetensors").write_bytes(b"\0" * WRITTEN)
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "model.safetensors"))
+    (folder / "model-00001-of-00001.safetensors").write_bytes(b"\0" * WRITTEN)
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "model-00001-of-00001.safetensors"))
 
 
 class _Saving(recipe_saving.RecipeSaving):

@@ -15,6 +15,7 @@ from torchtune_longshort.models import load_hf_checkpoint
 from torchtune_longshort.models.families import family_of
 from torchtune_longshort.models.hf_checkpoint import INDEX_FILE, read_hf_config
 from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
+from torchtune_longshort.training.staging import unsaved_files
 
 
 def _weights(d):
@@ -28,6 +29,7 @@ def test_shards_and_index_are_huggingface_hubs(tmp_path, tiny_llama2_dir, sp_tok
     model = load_hf_checkpoint(tiny_llama2_dir, plain_rope=True)
     write_hf_checkpoint(ours, model.state_dict(), read_hf_config(tiny_llama2_dir), tokenizer=sp_tokenizer_dir,
                         max_shard_bytes=max_bytes)
+    assert unsaved_files(ours) == []  # every shard named where a killed save's folder is told from a user's
     index = json.loads((ours / INDEX_FILE).read_text())
     shards = sorted(set(index["weight_map"].values()))
     tensors = {k: v for s in shards for k, v in load_file(str(ours / s)).items()}

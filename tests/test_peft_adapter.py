@@ -16,6 +16,7 @@ from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 from torchtune_longshort.models.hf_model import hf_decoder
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter, write_peft_adapter
+from torchtune_longshort.training.staging import unsaved_files
 
 RANK, ALPHA = 4, 8.0
 
@@ -130,6 +131,7 @@ def test_qlora_adapter_says_its_base_was_nf4(tmp_path, sp_tokenizer_dir):
     write_hf_checkpoint(step, get_merged_lora_ckpt(_float32_copies(sd), rank=RANK, alpha=ALPHA), folder.config,
                         tokenizer=str(sp_tokenizer_dir))
     assert json.loads((step / ADAPTER_DIR / "longshort_adapter.json").read_text())["base_quantization"] == "nf4"
+    assert unsaved_files(step) == []  # a save's files, all named where a killed save's folder is told from a user's
 
     tokens = torch.randint(3, 512, (2, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

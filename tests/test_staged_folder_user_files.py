@@ -2,17 +2,19 @@
 ``.staging/step_3/sub/note.txt`` was deleted without a word by the next ``overwrite_output_dir=True`` run (exit 0),
 as any ``step_<k>/`` there was taken for a killed save's. A save now writes the mark ``step_<k>.started`` before it
 makes its folder (``training.staging``); a folder without one is refused by name and never cleaned, while what a save
-killed at any point leaves is still taken."""
+killed at any point leaves is still taken. In a marked folder only what a save writes is the recipe's: a note put into
+a killed save's folder (``.staging/step_3/notes.txt``) is refused by name too, where it was deleted with the folder."""
 
 from __future__ import annotations
 
 import pytest
-from run_folders import commit_step, recipe_made
+from run_folders import commit_step, recipe_made, stat_tree
 
 from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.output_aside import nothing_written
 from torchtune_longshort.training.output_dir import check_output_dir
 from torchtune_longshort.training.recipe_checkpoints import discard_scratch_start
+from torchtune_longshort.training.staging import start_staged
 
 
 @pytest.mark.parametrize("folder", ["step_3", "step_0"])
@@ -31,15 +33,42 @@ def test_a_users_step_folder_in_staging_is_refused_and_never_cleaned(tmp_path, t
     assert note.read_text() == "mine"
 
 
-def test_what_a_save_killed_at_any_point_leaves_is_still_the_recipes(tmp_path, tiny_llama2_dir):
-    from torchtune_longshort.training.staging import start_staged
+@pytest.mark.parametrize("folder, mine", [("step_3", "notes.txt"), ("step_3", "sub/x.txt"), ("step_0", "notes.txt")])
+def test_a_users_file_in_a_killed_saves_folder_is_refused_by_name_and_never_cleaned(tmp_path, tiny_llama2_dir,
+                                                                                      folder, mine):
+    """A file put into the marked folder a killed save left (``.staging/step_3/notes.txt``) was deleted with that
+    folder by the next overwrite or resume: now both refuse it by name before anything moves, and the folder's
+    clean-up leaves it (with what the save wrote); once it is moved out, the killed save's folder goes."""
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 2, tiny_llama2_dir)
+    staged = run / ".staging" / folder
+    start_staged(staged)  # a save killed while it wrote its weights: its mark, its folder, a torn shard
+    (staged / "model-00001-of-00002.safetensors").write_bytes(b"torn")
+    (staged / mine).parent.mkdir(parents=True, exist_ok=True)
+    (staged / mine).write_text("mine")
+    before = stat_tree(run)
+    with pytest.raises(FileExistsError, match=rf"it holds '\.staging/{folder}/{mine}', which this recipe did not "):
+        check_output_dir(run, resume=False, overwrite=True)
+    with pytest.raises(FileExistsError, match=rf"resume=True would clear \.staging of .*'\.staging/{folder}/{mine}'"):
+        check_output_dir(run, resume=True, overwrite=False)
+    StepCheckpoints(run).clean_staging()  # as a save does, and a start
+    discard_scratch_start(StepCheckpoints(run))
+    assert stat_tree(run) == before
+    (staged / mine).unlink()
+    if "/" in mine:
+        (staged / mine).parent.rmdir()
+    check_output_dir(run, resume=False, overwrite=True)
+    StepCheckpoints(run).clean_staging()
+    assert not (run / ".staging").exists() and StepCheckpoints(run).steps() == [2]
 
+
+def test_what_a_save_killed_at_any_point_leaves_is_still_the_recipes(tmp_path, tiny_llama2_dir):
     run = recipe_made(tmp_path / "run")
     commit_step(run, 2, tiny_llama2_dir)
     staging = run / ".staging"
     start_staged(staging / "step_4")  # killed while it wrote its weights
-    (staging / "step_4" / "sub").mkdir()
-    (staging / "step_4" / "sub" / "model.safetensors").write_bytes(b"torn")
+    (staging / "step_4" / "adapter").mkdir()
+    (staging / "step_4" / "adapter" / "adapter_model.safetensors").write_bytes(b"torn")
     start_staged(staging / "step_6")
     (staging / "step_6").rmdir()  # killed between its mark and its folder: the mark alone
     (staging / "step_2.started").write_text("")  # killed after step_2's commit renamed it in, before the mark went
@@ -50,8 +79,6 @@ def test_what_a_save_killed_at_any_point_leaves_is_still_the_recipes(tmp_path, t
 
 
 def test_a_run_stopped_in_its_setup_leaves_a_folder_a_plain_rerun_takes(tmp_path):
-    from torchtune_longshort.training.staging import start_staged
-
     run = recipe_made(tmp_path / "run")
     (run / "metrics.jsonl").unlink()
     start_staged(run / ".staging" / "step_0")  # its start marked, before a weight was written

@@ -22,6 +22,7 @@ def test_autotokenizer_on_the_written_folder_gives_sentencepiece_ids(sp_tokenize
 
     from torchtune_longshort.models import copy_tokenizer, load_tokenizer
     from torchtune_longshort.models.added_tokens import adds_dummy_prefix, without_dummy_prefix
+    from torchtune_longshort.training.staging import unsaved_files
 
     raw = (sp_tokenizer_dir / "tokenizer.model").read_bytes()
     model = tmp_path / "bare.model"
@@ -31,6 +32,7 @@ def test_autotokenizer_on_the_written_folder_gives_sentencepiece_ids(sp_tokenize
     out = tmp_path / "step"
     out.mkdir()
     copy_tokenizer(model, out)
+    assert unsaved_files(out) == []  # transformers' files too: a killed save's folder is told from a user's by them
     ref, ours = AutoTokenizer.from_pretrained(str(out)), load_tokenizer(out / "tokenizer.model")
     for text in TEXTS:
         if "<s>" not in text:

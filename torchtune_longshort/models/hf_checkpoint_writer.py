@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
@@ -39,6 +40,8 @@ from torchtune_longshort.output_guard import plain_file_mode
 
 logger = logging.getLogger(__name__)
 MAX_SHARD_BYTES = 5 * 1024**3  # transformers' save_pretrained default
+# the names of the weight shards :func:`_write_shards` writes (huggingface_hub's, one shard too)
+SHARD_PATTERN = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
 
 
 def write_hf_checkpoint(

@@ -38,6 +38,7 @@ ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
 WEIGHTS_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 LAYOUT_FILE = "longshort_adapter.json"
+ADAPTER_FILES = (WEIGHTS_FILE, CONFIG_FILE, LAYOUT_FILE)  # every file write_peft_adapter writes (PEFT's config too)
 PEFT_PREFIX = "base_model.model."
 _LORA_A, _LORA_B = ".lora_a.weight", ".lora_b.weight"
 

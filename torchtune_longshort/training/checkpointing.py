@@ -36,16 +36,15 @@ from torchtune_longshort.config.values import UnwritablePath, refuses_writes
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
 from torchtune_longshort.training.durable_save import fsync_dir
-from torchtune_longshort.training.staging import STAGING, STATE_PATTERN, own_staged, staged_state_path, started_mark
+from torchtune_longshort.training.staging import (
+    MANIFEST, STAGING, STARTED_PATTERN, STATE_PATTERN, foreign_in, own_staged, staged_state_path, started_mark,
+)
 from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
 from torchtune_longshort.training.state_words import cut_short, said, unreadable_state, zero_filled
 
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 LATEST = "latest"  # the text file naming the newest complete step folder
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
-# In each step_<k>: the files the recipe wrote there (relative paths, JSON), so that replacing or deleting the folder
-# can tell them from a user's own (an evaluation written beside the weights).
-MANIFEST = ".longshort_files"
 
 PathLike = Union[str, Path]
 
@@ -241,8 +240,8 @@ class StepCheckpoints:
                 continue
             if p.is_dir():
                 shutil.rmtree(p)
-            else:
-                p.unlink()
+            elif not (STARTED_PATTERN.match(p.name) and os.path.lexists(p.with_suffix(""))):
+                p.unlink()  # a mark whose folder stays (a user's file in it) stays with it: that folder is still ours
         if not any(staging.iterdir()):
             staging.rmdir()
 
@@ -260,15 +259,16 @@ class StepCheckpoints:
         fsync_dir(self.root)
 
     def foreign_staged(self) -> List[str]:
-        """What ``.staging/`` holds that the recipe does not write there (``.staging/<name>``); ``.staging`` itself
-        when it is a link or a file: :meth:`clean_staging` never deletes it, so a run that would clean it is refused
-        first. A user file kept there was deleted without a word."""
+        """What ``.staging/`` holds that the recipe does not write there (``.staging/<name>``; in a killed save's
+        folder, each file no save writes: ``.staging/step_3/notes.txt``); ``.staging`` itself when it is a link or a
+        file: :meth:`clean_staging` never deletes it, so a run that would clean it is refused first. A user file kept
+        there was deleted without a word."""
         staging = self.staging_root
         if staging.is_symlink() or (staging.exists() and not staging.is_dir()):
             return [STAGING]
         if not staging.is_dir():
             return []
-        return [f"{STAGING}/{p.name}" for p in sorted(staging.iterdir()) if not own_staged(p)]
+        return [f"{STAGING}/{name}" for p in sorted(staging.iterdir()) for name in foreign_in(p)]
 
     def commit(self, staged: Path, step: int) -> Path:
         """Move a fully written staging folder to ``step_<step>`` atomically and its staged recipe state (if any) to

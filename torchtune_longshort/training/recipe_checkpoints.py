@@ -11,6 +11,7 @@ converts the folder's family (``training.recipe_config.components.CheckpointerCo
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
@@ -58,8 +59,8 @@ def discard_scratch_start(ckpts: StepCheckpoints) -> None:
         shutil.rmtree(staged)
     elif staged.is_dir() and not staged.is_symlink() and not any(staged.iterdir()):
         staged.rmdir()  # holds nothing of anyone's (a run stopped in its setup: output_aside.nothing_written)
-    if own_staged(started_mark(staged)) and started_mark(staged).is_file():
-        started_mark(staged).unlink()
+    if not os.path.lexists(staged) and own_staged(started_mark(staged)) and started_mark(staged).is_file():
+        started_mark(staged).unlink()  # a folder that stays (a user's file in it) keeps its mark
     if ckpts.staging_root.is_dir() and not ckpts.staging_root.is_symlink() and not any(ckpts.staging_root.iterdir()):
         ckpts.staging_root.rmdir()
 

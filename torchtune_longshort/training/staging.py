@@ -5,21 +5,38 @@ user's (never deleted).
 A save makes its folder ``step_<k>/`` only after it has written the mark ``step_<k>.started`` beside it (flushed to
 the disk), and the commit removes the mark once the folder is renamed into place: a ``step_<k>/`` without its mark
 is not one the recipe made (a user's, kept there), whatever its name; a kill at any point leaves the mark alone, or
-the mark with its folder, both the recipe's."""
+the mark with its folder, both the recipe's. In a marked folder only the files a save writes are the recipe's
+(:data:`SAVED_FILES`, :data:`SHARD_PATTERN`): a file put into a killed save's folder is a user's, never deleted."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
-from typing import Union
+from typing import List, Union
 
+from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE
+from torchtune_longshort.models.hf_checkpoint_writer import SHARD_PATTERN
+from torchtune_longshort.models.hf_rope import ROPE_SIDE_FILE
+from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, ADAPTER_FILES
+from torchtune_longshort.models.tokenizer_formats import TOKENIZER_FILES
+from torchtune_longshort.temporary_files import temporary_of
 from torchtune_longshort.training.durable_save import fsync_dir
 
 STAGING = ".staging"  # where a checkpoint (and a from-scratch step_0) is written before its commit
 STATE_PATTERN = re.compile(r"^step_(\d+)\.pt(\.tmp)?$")  # a file of recipe_state/ (.tmp: being written)
 STAGED_PATTERN = re.compile(r"^(old_)?step_\d+$")  # a folder of .staging/: a save being written, a step replaced
 STARTED_PATTERN = re.compile(r"^step_\d+\.started$")  # the mark of a step_<k>/ the recipe made (start_staged)
+# In each step_<k>: the files the recipe wrote there (relative paths, JSON), so that replacing or deleting the folder
+# can tell them from a user's own (an evaluation written beside the weights).
+MANIFEST = ".longshort_files"
+# Every file a save writes into its staged step folder (recipe_checkpoints.stage_step, write_scratch_start), besides
+# the weight shards (SHARD_PATTERN): the checkpoint writer's, the tokenizer files it copies, a LoRA run's adapter/,
+# and the commit's list (written aside first: a temporary of it). A killed save's folder holding anything else is
+# refused by name, never cleaned (a note put into it was deleted with it). The writers' tests ask unsaved_files of
+# what they wrote (test_hf_checkpoint_writer, test_peft_adapter, test_written_tokenizer_json_dummy_prefix).
+SAVED_FILES = frozenset((CONFIG_FILE, INDEX_FILE, ROPE_SIDE_FILE, MANIFEST, *TOKENIZER_FILES,
+                         *(f"{ADAPTER_DIR}/{name}" for name in ADAPTER_FILES)))
 
 
 def staged_state_path(staged: Union[str, Path]) -> Path:
@@ -44,14 +61,41 @@ def start_staged(staged: Path) -> None:
     staged.mkdir()
 
 
-def own_staged(p: Path) -> bool:
-    """An entry of ``.staging/`` the recipe writes there: a ``step_<k>`` folder beside its :func:`started_mark`,
-    ``old_step_<k>`` folders, ``step_<k>.pt`` (``.tmp``) states, marks. A ``step_<k>/`` without its mark is a user's
-    (an overwrite deleted it, a note kept in it, without a word)."""
-    if p.is_symlink():
-        return False
+def saved_file(rel: str) -> bool:
+    """Whether ``rel`` (a ``/``-separated path in a staged step folder) names a file a save writes there."""
+    return rel in SAVED_FILES or bool(SHARD_PATTERN.match(rel)) or temporary_of(rel) == MANIFEST
+
+
+def unsaved_files(staged: Path) -> List[str]:
+    """What the staged folder ``staged`` holds that no save writes there (:func:`saved_file`), relative to it,
+    sorted: a file, a symbolic link, an empty folder no saved file lies in (the files in a fuller one are named)."""
+    out = []
+    for q in sorted(staged.rglob("*")):
+        rel = q.relative_to(staged).as_posix()
+        if q.is_symlink() or (not saved_file(rel) if not q.is_dir() else not any(q.iterdir()) and
+                              not any(name.startswith(rel + "/") for name in SAVED_FILES)):
+            out.append(rel)
+    return out
+
+
+def foreign_in(p: Path) -> List[str]:
+    """What of ``p``, an entry of ``.staging/``, the recipe did not write there (paths in ``.staging``); empty when it
+    is all the recipe's: a ``step_<k>`` folder beside its :func:`started_mark` that holds only what a save writes
+    (else each other file in it is named), ``old_step_<k>`` folders (a committed step set aside), ``step_<k>.pt``
+    (``.tmp``) states, marks. A ``step_<k>/`` without its mark is a user's, named whole (an overwrite deleted it, a
+    note kept in it, without a word), and so was a note put into a killed save's marked folder."""
+    if p.is_symlink() or (p.is_dir() and not STAGED_PATTERN.match(p.name)):
+        return [p.name]
     if p.is_dir():
+        if p.name.startswith("old_"):
+            return []
         mark = started_mark(p)
-        return bool(STAGED_PATTERN.match(p.name)) and (p.name.startswith("old_") or (
-            mark.is_file() and not mark.is_symlink()))
-    return bool(STATE_PATTERN.match(p.name) or STARTED_PATTERN.match(p.name))
+        if not mark.is_file() or mark.is_symlink():
+            return [p.name]
+        return [f"{p.name}/{rel}" for rel in unsaved_files(p)]
+    return [] if STATE_PATTERN.match(p.name) or STARTED_PATTERN.match(p.name) else [p.name]
+
+
+def own_staged(p: Path) -> bool:
+    """Whether ``p``, an entry of ``.staging/``, is all the recipe's (:func:`foreign_in` names nothing in it)."""
+    return not foreign_in(p)
