@@ -30,7 +30,7 @@ def corp(tmp_path):
 
 
 def _not_reached(said):
-    return re.search(r"datasets' parser stops at it \((\S+)(?: in --metadata)? does not reach it\)", said).group(1)
+    return re.search(r"datasets' parser stops at it \((\S+)(?: in --metadata)? does not reach it[):]", said).group(1)
 
 
 @pytest.mark.parametrize("prefix", ["ppl", "mis"])
@@ -91,3 +91,43 @@ def test_a_hub_haystack_names_the_key_the_user_set(corp, monkeypatch, read, key)
     assert said.split("or read the same files with ")[1].startswith(key), said
     if read is _passkey:
         assert read(folder / "test.jsonl") == [(f"book {i} " * 8).strip() for i in range(3)]  # torn line skipped
+
+
+@pytest.mark.parametrize("section", ["dataset", "validation.dataset"])
+def test_a_torchtune_builder_names_the_section_s_key_and_a_way_that_reads_the_file(corp, section):
+    # it said "(skip_bad_records does not reach it) ... local_text (path: them), which ... skip_bad_records: True":
+    # no section, and keys the builder's node does not take (source, data_files, column stay and are refused)
+    from argparse import Namespace
+
+    from omegaconf import OmegaConf
+    from torchtune.config._utils import _merge_yaml_and_cli_args
+    from torchtune.datasets import text_completion_dataset
+
+    from torchtune_longshort.config.fields import build_section
+    from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset
+    from torchtune_longshort.training.data_setup import build_documents
+    from torchtune_longshort.training.recipe_config.data import DataSourceConfig
+
+    args = {"source": "json", "data_files": str(corp / "a.jsonl"), "column": "text", "split": "train"}
+    with pytest.raises(DataRecordError) as refused:
+        build_torchtune_dataset(text_completion_dataset, None, args, section)
+    said = str(refused.value)
+    assert _not_reached(said) == f"{section}.skip_bad_records", said
+    assert "the builder hands the whole file to that parser, which skips nothing" in said, said
+    way = said.split("or read the same files with ")[1].split()
+    yaml = OmegaConf.create({})
+    OmegaConf.update(yaml, section, {"_component_": "torchtune.datasets.text_completion_dataset", **args},
+                     force_add=True)
+    node = OmegaConf.select(_merge_yaml_and_cli_args(Namespace(**OmegaConf.to_container(yaml)), way), section)
+    source = build_section(DataSourceConfig, OmegaConf.to_container(node), section)
+    assert [d for d in build_documents(source, None, section)() if isinstance(d, str)] == \
+        [(f"book {i} " * 8) for i in range(3)]  # the named way reads the three books, the torn line skipped
+
+    torn_array = corp / "a.json"  # one record to every reader: skipping it drops the file, so no skipping way
+    torn_array.write_text("[\n" + json.dumps({"text": "book"}) + ",\n" + TORN + "\n")
+    with pytest.raises(DataRecordError) as refused:
+        build_torchtune_dataset(text_completion_dataset, None, {**args, "data_files": str(torn_array)}, section)
+    assert str(refused.value).endswith("a.json:3: not JSON (Invalid control character at): datasets' parser stops "
+                                       f"at it ({section}.skip_bad_records does not reach it: the builder hands the "
+                                       "whole file to that parser, which skips nothing): mend the file"), \
+        str(refused.value)

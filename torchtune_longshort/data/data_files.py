@@ -21,7 +21,7 @@ from torchtune_longshort.data.file_kinds import (
 )
 from torchtune_longshort.data.folder_entry import no_folder
 from torchtune_longshort.data.source_names import SourceNames
-from torchtune_longshort.data.text_files import DataRecordError, Unparsed, iter_documents, without_bom
+from torchtune_longshort.data.text_files import NOT_JSON_ARRAY, DataRecordError, Unparsed, iter_documents, without_bom
 
 
 def read_again(f: Path) -> bool:
@@ -257,14 +257,16 @@ def check_not_empty(files: List[Tuple[str, Path]]) -> None:
 
 
 def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], where: str, error: BaseException,
-                         setting: str = "column", skipping_reader: str = SourceNames.skipping_reader,
-                         skip_setting: str = "skip_bad_records") -> Exception:
+                         setting: str = "column", skipping_reader: Optional[str] = SourceNames.skipping_reader,
+                         skip_setting: str = "skip_bad_records", why: str = "") -> Exception:
     """The error to raise when ``datasets`` could not build (or read) the source: the first record of ``files`` that
     no parser reads (a torn JSON line, bytes that are not UTF-8: ``<file>:<line>``, with the way on), else the first
     record without its text (``column``), else the original error with the files named. ``setting``: the source's
     option that names the text column (``column`` for torchtune builders, ``text_field`` for ``hf_text``);
-    ``skipping_reader``: the way on to a reader that skips a torn line, and ``skip_setting``: the skipping that does
-    not reach it, in its caller's words (:class:`SourceNames`: ``ppl_skip_bad_records in --metadata``).
+    ``skipping_reader``: the way on to a reader that skips a torn line (None: none reads the same files), and
+    ``skip_setting``: the skipping that does not reach it, in its caller's words (:class:`SourceNames`:
+    ``ppl_skip_bad_records in --metadata``), ``why`` after it. A torn JSON array is one record to any reader (skipping
+    it drops the whole file): it is told to be mended alone.
 
     Parse failures come first: ``datasets``' parser stops at them whatever the settings, while a record without its
     text is one ``skip_bad_records`` skips (naming it sent the user to a record that was not the blocker)."""
@@ -285,8 +287,10 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
         for _ in iter_documents(paths, column or "text", f"{where}.{setting}", on_bad_record=note):
             pass
     except DataRecordError as e:
-        return _unskippable(f"{where}: {e}: datasets' parser stops at it ({skip_setting} does not reach it): "
-                            f"mend the file, or read the same files with {skipping_reader}")
+        way = "" if skipping_reader is None or f": {NOT_JSON_ARRAY} (" in str(e) else \
+            f", or read the same files with {skipping_reader}"
+        return _unskippable(f"{where}: {e}: datasets' parser stops at it ({skip_setting} does not reach it{why}): "
+                            f"mend the file{way}")
     if field_problems:
         return _unskippable(f"{where}: {field_problems[0]}")
     return ValueError(f"{where} ({named}) could not be loaded: {type(error).__name__}: {error}")

@@ -79,6 +79,8 @@ class Unparsed(str):
     ``datasets``' own parser stops at the first kind, and only this package's reader can skip it."""
 
 
+# How a JSON array that does not parse is named: the whole file is its one record, so skipping it drops the file
+NOT_JSON_ARRAY = "not JSON"
 FIRST_READABLE_WITHIN = 1000  # records a skipping source may skip before its first readable one, at build
 
 
@@ -320,7 +322,7 @@ def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record
         if holds_json_lines(text, e):
             yield from _json_lines_of(f, text, text_field, setting, on_bad_record)
             return
-        yield from _bad(Unparsed(f"{f}:{e.lineno}: not JSON ({e.msg})"), on_bad_record)
+        yield from _bad(Unparsed(f"{f}:{e.lineno}: {NOT_JSON_ARRAY} ({e.msg})"), on_bad_record)
         return
     for i, row in enumerate(rows if isinstance(rows, list) else [rows]):
         try:

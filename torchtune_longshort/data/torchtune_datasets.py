@@ -16,11 +16,13 @@ refuses (an empty file, a torn JSON line) is explained the same way (:mod:`~.dat
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 from torchtune_longshort._quiet import HeldRecords, late_bars
-from torchtune_longshort.data.corpus import Documents
+from torchtune_longshort.data.corpus import Documents, local_text
 from torchtune_longshort.data.document_source import DocumentSource
+from torchtune_longshort.data.file_kinds import record_suffixes
 from torchtune_longshort.data.hf_loading import builder_loggers
 from torchtune_longshort.data.data_files import explain_load_failure, locate_record, named_files, record_problem
 from torchtune_longshort.data.source_names import record_or_skipped
@@ -36,6 +38,17 @@ def takes_tokenizer(component: Any) -> bool:
     return bool(params) and params[0] == "tokenizer"
 
 
+def text_column_of(builder) -> Optional[str]:
+    """The default of a torchtune builder's ``column`` parameter (``text_completion_dataset``: ``"text"``); None for
+    a builder without one (``chat_dataset``, ``alpaca_dataset``)."""
+    try:
+        param = inspect.signature(builder).parameters.get("column")
+    except (TypeError, ValueError):
+        return None
+    default = None if param is None else param.default
+    return default if isinstance(default, str) else None
+
+
 def build_torchtune_dataset(builder: Any, tokenizer: Any, args: dict, where: str = "dataset") -> Any:
     """``builder(tokenizer, **args)``; a failure of ``datasets`` to read the named files is re-raised naming the file
     and line of the first unreadable record (or the files, when they read fine here). ``datasets``' progress bars
@@ -46,13 +59,38 @@ def build_torchtune_dataset(builder: Any, tokenizer: Any, args: dict, where: str
         with held, late_bars():
             return builder(tokenizer, **args)
     except (StopIteration, ValueError, KeyError, TypeError, OSError) as e:
-        raise _named(held, explain_load_failure(named_files(args, where), args.get("column"), where, e)) from e
+        raise _named(held, _load_failure(builder, args, where, e)) from e
     except Exception as e:  # datasets' DatasetGenerationError and kin
         if type(e).__module__.split(".")[0] != "datasets":
             raise
-        raise _named(held, explain_load_failure(named_files(args, where), args.get("column"), where, e)) from e
+        raise _named(held, _load_failure(builder, args, where, e)) from e
     finally:
         held.release()
+
+
+def _load_failure(builder: Any, args: dict, where: str, error: BaseException) -> Exception:
+    """The builder's failure explained (:func:`~.data_files.explain_load_failure`) in the section's keys: a torn line
+    is past ``{where}.skip_bad_records`` (the builder hands the file to ``datasets``' parser, which skips nothing),
+    and the way on is ``corpus.local_text`` over the same files, which skips it (:func:`_skipping_reader`)."""
+    files, column = named_files(args, where), args.get("column") or text_column_of(builder)
+    return explain_load_failure(files, args.get("column"), where, error, skip_setting=f"{where}.skip_bad_records",
+                                skipping_reader=_skipping_reader(files, args, column, where),
+                                why=": the builder hands the whole file to that parser, which skips nothing")
+
+
+def _skipping_reader(files: List[Tuple[str, Any]], args: dict, column: Optional[str], where: str) -> Optional[str]:
+    """The section's keys that read ``files`` with ``corpus.local_text``, skipping a torn line; None where it would
+    not read what the builder reads: a builder of another layout (no text ``column``: ``chat_dataset``'s
+    ``messages``), or a file that is not JSON or Parquet records (``local_text`` reads a ``.txt`` file whole)."""
+    if not column or not files or not all(Path(f).suffix in record_suffixes() for _, f in files):
+        return None
+    paths = [str(f) for _, f in files]
+    path = paths[0] if len(paths) == 1 else f"[{','.join(paths)}]"
+    text_field = "" if column == "text" else f" {where}.text_field={column}"
+    takes = inspect.signature(local_text).parameters  # the builder's own keys go (torchtune's ~key removes one)
+    gone = "".join(f" ~{where}.{key}" for key in args if key not in takes and key != "skip_bad_records")
+    return (f"{where}._component_=torchtune_longshort.data.corpus.local_text {where}.path={path}{text_field} "
+            f"{where}.skip_bad_records=True{gone}")
 
 
 def _named(held: HeldRecords, error: Exception) -> Exception:

@@ -8,7 +8,6 @@ Used by the recipe's ``_setup`` / ``_setup_data`` (``torchtune_longshort/trainin
 
 from __future__ import annotations
 
-import inspect
 import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -21,7 +20,7 @@ from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.dual_window import PackedTokenStream, check_random_access
 from torchtune_longshort.devices import rng_states, set_rng_states
 from torchtune_longshort.launcher import launched_rank
-from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, torchtune_documents
+from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, text_column_of, torchtune_documents
 from torchtune_longshort.plural import counted
 from torchtune_longshort.rope import ScaledRoPE
 from torchtune_longshort.rope.samplers import check_position_bound
@@ -42,17 +41,6 @@ def build_documents(source: DataSourceConfig, tokenizer, where: str = "dataset")
                                    skip_bad_records=source.skip_bad_records, column=text_column_of(builder))
     with source_names(SourceNames(where)):  # a corpus source's messages name this section's keys
         return config.instantiate(source.node())
-
-
-def text_column_of(builder) -> Optional[str]:
-    """The default of a torchtune builder's ``column`` parameter (``text_completion_dataset``: ``"text"``); None for
-    a builder without one (``chat_dataset``, ``alpaca_dataset``)."""
-    try:
-        param = inspect.signature(builder).parameters.get("column")
-    except (TypeError, ValueError):
-        return None
-    default = None if param is None else param.default
-    return default if isinstance(default, str) else None
 
 
 def check_shuffle_source(documents, shuffle: bool) -> None:
