@@ -40,6 +40,8 @@ def test_the_evaluation_names_its_own_skip_key(corp, prefix):
         list(texts_from_metadata(meta, prefix))
     key = _not_reached(str(refused.value))
     assert key == f"{prefix}_skip_bad_records", str(refused.value)
+    # it started "data set: ...", where every other refusal starts with the user's own key
+    assert str(refused.value).startswith(f"{prefix}_dataset_path in --metadata: "), str(refused.value)
     with pytest.raises(TaskDataError, match="a.jsonl:4: not a JSON line"):  # turned on, it does not reach the line
         list(texts_from_metadata({**meta, key: True}, prefix))
 
@@ -86,6 +88,7 @@ def test_a_hub_haystack_names_the_key_the_user_set(corp, monkeypatch, read, key)
     with pytest.raises(TaskDataError) as refused:
         read(None)
     said = str(refused.value)
+    assert said.startswith(f"{key}: "), said  # not "data set: "
     assert "test.jsonl:4: not a JSON line" in said and f"({key}'s own skipping of unreadable records does not " \
         "reach it)" in said and "local_text" not in said and "dataset." not in said, said
     assert said.split("or read the same files with ")[1].startswith(key), said

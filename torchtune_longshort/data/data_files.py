@@ -257,12 +257,14 @@ def check_not_empty(files: List[Tuple[str, Path]]) -> None:
 
 
 def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], where: str, error: BaseException,
-                         setting: str = "column", skipping_reader: Optional[str] = SourceNames.skipping_reader,
+                         setting: Optional[str] = None, skipping_reader: Optional[str] = SourceNames.skipping_reader,
                          skip_setting: str = "skip_bad_records", why: str = "") -> Exception:
     """The error to raise when ``datasets`` could not build (or read) the source: the first record of ``files`` that
     no parser reads (a torn JSON line, bytes that are not UTF-8: ``<file>:<line>``, with the way on), else the first
-    record without its text (``column``), else the original error with the files named. ``setting``: the source's
-    option that names the text column (``column`` for torchtune builders, ``text_field`` for ``hf_text``);
+    record without its text (``column``), else the original error with the files named. ``where`` starts the
+    reason (a section, or the user's key for the source: :attr:`SourceNames.refused_as`); ``setting``: the source's
+    option that names the text column, as the user writes it (default ``<where>.column``, a torchtune builder's;
+    ``hf_text``'s: ``dataset.text_field``, ``ppl_text_field in --metadata``);
     ``skipping_reader``: the way on to a reader that skips a torn line (None: none reads the same files), and
     ``skip_setting``: the skipping that does not reach it, in its caller's words (:class:`SourceNames`:
     ``ppl_skip_bad_records in --metadata``), ``why`` after it. A torn JSON array is one record to any reader (skipping
@@ -284,7 +286,7 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
         field_problems.append(message)
 
     try:
-        for _ in iter_documents(paths, column or "text", f"{where}.{setting}", on_bad_record=note):
+        for _ in iter_documents(paths, column or "text", setting or f"{where}.column", on_bad_record=note):
             pass
     except DataRecordError as e:
         way = "" if skipping_reader is None or f": {NOT_JSON_ARRAY} (" in str(e) else \

@@ -30,8 +30,8 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
     mid-run (``error`` itself where nothing better is known)."""
     section = names.where
     if files:
-        named = explain_load_failure(files, text_field, section, error, "text_field", names.skipping_reader,
-                                     names("skip_bad_records"))
+        named = explain_load_failure(files, text_field, names.refused_as, error, names("text_field"),
+                                     names.skipping_reader, names("skip_bad_records"))
         if isinstance(named, DataRecordError) or not read:  # a record named, or the files never opened
             return named
     elif not read:  # the source never opened: refused at build (load_failure); read unchecked, the split named

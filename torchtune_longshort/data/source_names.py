@@ -29,6 +29,14 @@ class SourceNames:
     # how to read the same local files with the reader that skips a record datasets' parser stops at (a torn line)
     skipping_reader: str = ("torchtune_longshort.data.corpus.local_text (path: them), which reads them and skips such "
                             "records with skip_bad_records: True")
+    # the user's key for the source, which starts a refusal of what it read (``ppl_dataset_path in --metadata``,
+    # ``passkey_haystack``); ``where`` (a recipe's section) where none: ``where`` is also a noun ("data set 'x'")
+    key: str = ""
+
+    @property
+    def refused_as(self) -> str:
+        """How a refusal of what the source read starts: the user's key for it, else ``where``."""
+        return self.key or self.where
 
     def __call__(self, arg: str) -> str:
         return self.flags.get(arg, f"{self.where}.{arg}")
@@ -44,7 +52,7 @@ def haystack_names(key: str, local_files: str, skipping_reader: str) -> SourceNa
     ``datasets``' parser stops at is told that ``key``'s skipping does not reach it, and the way on is the key's own
     local form (``local_files``: a hub failure's; ``skipping_reader``: one that skips a torn line's)."""
     return SourceNames("data set", {"skip_bad_records": f"{key}'s own skipping of unreadable records"},
-                       local_files=local_files, skipping_reader=skipping_reader)
+                       local_files=local_files, skipping_reader=skipping_reader, key=key)
 
 
 # How the sources built now are named (set by :func:`source_names`; a config's ``dataset`` otherwise).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from torchtune_longshort.data import corpus
@@ -125,12 +126,12 @@ def iter_texts(
         names = SourceNames("data set", {"text_field": text_field_setting, "split": split_setting,
                                          "skip_bad_records": skip_setting})
         if haystack is not None:  # passkey's haystack: its key, its local files
-            names = SourceNames("data set", {**names.flags, **haystack.flags}, local_files=haystack.local_files,
-                                skipping_reader=haystack.skipping_reader)
+            names = replace(haystack, flags={**names.flags, **haystack.flags})
         if text_field_setting.endswith("_text_field in --metadata"):  # a task's keys: ppl_dataset_path, ...
             prefix = text_field_setting[:-len("_text_field in --metadata")]
             own = {"source": f"{prefix}_dataset_path in --metadata"} if source == "hf" else {}  # a preset: its name
-            names = SourceNames("data set", {**names.flags, **own}, local_files=(
+            key = own.get("source", f"{prefix}_source in --metadata")  # starts a refusal of what it read
+            names = SourceNames("data set", {**names.flags, **own}, key=key, local_files=(
                 f"local files ({prefix}_data_files=<path or glob> in --metadata, or {prefix}_source=stdlib)"),
                 skipping_reader=(f"{prefix}_data_files=<them> in --metadata (read by the task's own reader, which "
                                  f"skips such records with {prefix}_skip_bad_records: true)"))
