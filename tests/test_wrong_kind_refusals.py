@@ -65,3 +65,29 @@ def test_a_compressed_file_on_a_command_line_is_told_to_decompress_it_alone(tmp_
     said = str(err.value)
     assert said.startswith(f"{packed}: a gzip-compressed file, not text: decompress it first (") and said.endswith(
         " files)"), said
+
+
+@pytest.mark.parametrize("saved", ["/out/step_3", None])
+def test_a_file_compressed_under_a_running_source_is_told_to_decompress_it_alone(tmp_path, saved):
+    # a local source read whole at build, whose b.txt a gzip copy replaces mid-run: the stop said "mend the record
+    # (or skip it: dataset.skip_bad_records=True)", and skipping drops the whole file (gzip's own read gives the text)
+    import gzip
+
+    from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
+    from torchtune_longshort.training.bad_record import record_stop
+
+    stops = None
+    for skip in (False, True):
+        for name, text in zip("ab", TEXTS):
+            (tmp_path / f"{name}.txt").write_text(text)
+        docs = corpus.local_text(str(tmp_path), skip_bad_records=skip)
+        (tmp_path / "b.txt").write_bytes(gzip.compress(TEXTS[1].encode()))
+        assert gzip.decompress((tmp_path / "b.txt").read_bytes()).decode() == TEXTS[1]
+        if skip:  # the file goes whole: its one text is not read
+            assert [d if isinstance(d, str) else type(d) for d in docs()] == [TEXTS[0], SkippedRecord]
+        else:
+            with pytest.raises(DataRecordError) as stops:
+                list(docs())
+    said = str(record_stop(stops.value, saved, tmp_path))
+    assert "b.txt: a gzip-compressed file, not text: decompress it first" in said, said
+    assert "skip_bad_records" not in said and "fix the file as said" in said, said

@@ -7,20 +7,25 @@ from __future__ import annotations
 
 from typing import Optional
 
+from torchtune_longshort.data.file_kinds import whole_file
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
 
 
 def record_stop(e: DataRecordError, saved: Optional[str], output_dir) -> DataRecordError:
     """The error (``e``'s type) that ends the run at the record ``e`` names: with ``saved``, the last good step's
     folder (continue with resume=True once the record is mended or the source can be read again); None where no
-    step had finished (nothing saved: start again with overwrite_output_dir=True)."""
-    skip = (" (or skip it: dataset.skip_bad_records=True)" if e.skippable else
+    step had finished (nothing saved: start again with overwrite_output_dir=True). A whole file of another kind found
+    mid-run (a source changed under the run: ``file_kinds.whole_file``) is told its own fix alone, not to skip it
+    (skipping drops the whole file), as at the start of a run (``source_names.mend_or_skip``)."""
+    whole = whole_file(str(e))  # a file of another kind (compressed, Parquet...): its own fix, as at the start
+    skip = ("" if whole else " (or skip it: dataset.skip_bad_records=True)" if e.skippable else
             " (datasets' parser stops at it: dataset.skip_bad_records cannot skip it)")
+    mend_it = "fix the file as said" if whole else "mend the record"
     source = isinstance(e, DataSourceError)
     if saved is None:
         again = ("once the source can be read again, start again" if source else
-                 f"mend the record and start again{skip}")
+                 f"{mend_it} and start again{skip}")
         return type(e)(f"{e}. No step had finished: no checkpoint saved; {again} with "
                        f"overwrite_output_dir=True (output_dir={str(output_dir)!r} holds this run's start)")
-    mend = "once the source can be read again," if source else f"mend the record{skip} and"
+    mend = "once the source can be read again," if source else f"{mend_it}{skip} and"
     return type(e)(f"{e}. The last good step is saved: {saved}; {mend} continue with resume=True")
