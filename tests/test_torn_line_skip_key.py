@@ -91,9 +91,20 @@ def test_a_hub_haystack_names_the_key_the_user_set(corp, monkeypatch, read, key)
     assert said.startswith(f"{key}: "), said  # not "data set: "
     assert "test.jsonl:4: not a JSON line" in said and f"({key}'s own skipping of unreadable records does not " \
         "reach it)" in said and "local_text" not in said and "dataset." not in said, said
-    assert said.split("or read the same files with ")[1].startswith(key), said
+    books = [(f"book {i} " * 8).strip() for i in range(3)]
     if read is _passkey:
-        assert read(folder / "test.jsonl") == [(f"book {i} " * 8).strip() for i in range(3)]  # torn line skipped
+        assert said.split("or read the same files with ")[1].startswith(key), said
+        assert read(folder / "test.jsonl") == books  # torn line skipped
+        return
+    # it said "read the same files with --haystack <their text as .txt files> (read whole, no record parsed)": the
+    # local haystack reads .txt files alone; the way named reads the books saved so
+    assert said.endswith(": mend the file, or save the books' text as .txt files and name them: --haystack <a .txt "
+                         "file, a folder of them or a glob> (each file read whole as one text)"), said
+    for i, book in enumerate(books):
+        (corp / f"book{i}.txt").write_text(book)
+    from torchtune_longshort.eval.tasks.babilong.haystack import iter_haystack_lines
+
+    assert list(zip(range(3), iter_haystack_lines(str(corp), label="--haystack"))) == list(enumerate(books))
 
 
 @pytest.mark.parametrize("section", ["dataset", "validation.dataset"])

@@ -265,7 +265,8 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
     reason (a section, or the user's key for the source: :attr:`SourceNames.refused_as`); ``setting``: the source's
     option that names the text column, as the user writes it (default ``<where>.column``, a torchtune builder's;
     ``hf_text``'s: ``dataset.text_field``, ``ppl_text_field in --metadata``);
-    ``skipping_reader``: the way on to a reader that skips a torn line (None: none reads the same files), and
+    ``skipping_reader``: the way on to a reader that skips a torn line, said after "mend the file, or" (None: none
+    reads the same files), and
     ``skip_setting``: the skipping that does not reach it, in its caller's words (:class:`SourceNames`:
     ``ppl_skip_bad_records in --metadata``), ``why`` after it. A torn JSON array is one record to any reader (skipping
     it drops the whole file): it is told to be mended alone.
@@ -290,7 +291,7 @@ def explain_load_failure(files: List[Tuple[str, Path]], column: Optional[str], w
             pass
     except DataRecordError as e:
         way = "" if skipping_reader is None or f": {NOT_JSON_ARRAY} (" in str(e) else \
-            f", or read the same files with {skipping_reader}"
+            f", or {skipping_reader}"
         return _unskippable(f"{where}: {e}: datasets' parser stops at it ({skip_setting} does not reach it{why}): "
                             f"mend the file{way}")
     if field_problems:

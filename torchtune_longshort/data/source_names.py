@@ -26,9 +26,10 @@ class SourceNames:
     flags: Mapping[str, str] = field(default_factory=dict)
     # how this builder reads local files instead of a hub dataset, for the messages of one that cannot be loaded
     local_files: str = "local files (source: json, data_files: ...)"
-    # how to read the same local files with the reader that skips a record datasets' parser stops at (a torn line)
-    skipping_reader: str = ("torchtune_longshort.data.corpus.local_text (path: them), which reads them and skips such "
-                            "records with skip_bad_records: True")
+    # how to read the same local files with the reader that skips a record datasets' parser stops at (a torn line),
+    # said after "mend the file, or"
+    skipping_reader: str = ("read the same files with torchtune_longshort.data.corpus.local_text (path: them), which "
+                            "reads them and skips such records with skip_bad_records: True")
     # the user's key for the source, which starts a refusal of what it read (``ppl_dataset_path in --metadata``,
     # ``passkey_haystack``); ``where`` (a recipe's section) where none: ``where`` is also a noun ("data set 'x'")
     key: str = ""

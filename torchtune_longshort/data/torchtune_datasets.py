@@ -89,8 +89,8 @@ def _skipping_reader(files: List[Tuple[str, Any]], args: dict, column: Optional[
     text_field = "" if column == "text" else f" {where}.text_field={column}"
     takes = inspect.signature(local_text).parameters  # the builder's own keys go (torchtune's ~key removes one)
     gone = "".join(f" ~{where}.{key}" for key in args if key not in takes and key != "skip_bad_records")
-    return (f"{where}._component_=torchtune_longshort.data.corpus.local_text {where}.path={path}{text_field} "
-            f"{where}.skip_bad_records=True{gone}")
+    return (f"read the same files with {where}._component_=torchtune_longshort.data.corpus.local_text "
+            f"{where}.path={path}{text_field} {where}.skip_bad_records=True{gone}")
 
 
 def _named(held: HeldRecords, error: Exception) -> Exception:

@@ -106,8 +106,9 @@ def _one_pass(haystack: str, label: str = "haystack") -> Iterator[str]:
     if haystack == "stdlib":
         docs: Iterable[str] = iter_stdlib_documents(include_tests=False)
     elif haystack == "pg19":
-        with source_names(haystack_names(label, f"a local haystack ({label} <a .txt file, a folder or a glob>)",
-                                         f"{label} <their text as .txt files> (read whole, no record parsed)")):
+        local = f"{label} <a .txt file, a folder of them or a glob>"  # what a local haystack reads: .txt files
+        with source_names(haystack_names(label, f"a local haystack ({local})", (
+                f"save the books' text as .txt files and name them: {local} (each file read whole as one text)"))):
             docs = corpus.pg19(split="test", check_first=False, skip_bad_records=True)()
     else:
         docs = iter_documents(haystack_files(haystack, label), encoding_errors="replace")

@@ -133,8 +133,8 @@ def iter_texts(
             key = own.get("source", f"{prefix}_source in --metadata")  # starts a refusal of what it read
             names = SourceNames("data set", {**names.flags, **own}, key=key, local_files=(
                 f"local files ({prefix}_data_files=<path or glob> in --metadata, or {prefix}_source=stdlib)"),
-                skipping_reader=(f"{prefix}_data_files=<them> in --metadata (read by the task's own reader, which "
-                                 f"skips such records with {prefix}_skip_bad_records: true)"))
+                skipping_reader=(f"read the same files with {prefix}_data_files=<them> in --metadata (read by the "
+                                 f"task's own reader, which skips such records with {prefix}_skip_bad_records: true)"))
         with source_names(names):
             documents = corpus.hf_text(dataset_path, split=split, text_field=text_field, name=dataset_name,
                                        check_first=False, skip_bad_records=skip_bad_records)

@@ -53,8 +53,8 @@ PASSKEY_LOCAL_FILES = ("local files (passkey_haystack=local with passkey_haystac
                        "or passkey_haystack=filler)")
 # How a hub haystack's messages name its key and the local form that reads (and skips) what it cannot
 PASSKEY_NAMES = haystack_names("passkey_haystack", PASSKEY_LOCAL_FILES, (
-    "passkey_haystack=local with passkey_haystack_files=<them> in --metadata (read by the task's own reader, which "
-    "skips such records)"))
+    "read the same files with passkey_haystack=local with passkey_haystack_files=<them> in --metadata (read by the "
+    "task's own reader, which skips such records)"))
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 QUESTION = "What is the pass key? The pass key is"
 GEN_BUDGET = 16
