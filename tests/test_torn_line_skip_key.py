@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 import pytest
 
@@ -122,13 +123,16 @@ def test_a_torchtune_builder_names_the_section_s_key_and_a_way_that_reads_the_fi
     from torchtune_longshort.training.data_setup import build_documents
     from torchtune_longshort.training.recipe_config.data import DataSourceConfig
 
-    args = {"source": "json", "data_files": str(corp / "a.jsonl"), "column": "text", "split": "train"}
+    books = corp / "my books"  # a space in a folder's name: the override, pasted into a shell, broke in two
+    books.mkdir()
+    (corp / "a.jsonl").rename(books / "a.jsonl")
+    args = {"source": "json", "data_files": str(books / "a.jsonl"), "column": "text", "split": "train"}
     with pytest.raises(DataRecordError) as refused:
         build_torchtune_dataset(text_completion_dataset, None, args, section)
     said = str(refused.value)
     assert _not_reached(said) == f"{section}.skip_bad_records", said
     assert "the builder hands the whole file to that parser, which skips nothing" in said, said
-    way = said.split("or read the same files with ")[1].split()
+    way = shlex.split(said.split("or read the same files with ")[1])  # as the shell hands it to tune run
     yaml = OmegaConf.create({})
     OmegaConf.update(yaml, section, {"_component_": "torchtune.datasets.text_completion_dataset", **args},
                      force_add=True)

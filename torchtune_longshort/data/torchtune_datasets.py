@@ -16,6 +16,7 @@ refuses (an empty file, a torn JSON line) is explained the same way (:mod:`~.dat
 from __future__ import annotations
 
 import inspect
+import shlex
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
@@ -86,11 +87,12 @@ def _skipping_reader(files: List[Tuple[str, Any]], args: dict, column: Optional[
         return None
     paths = [str(f) for _, f in files]
     path = paths[0] if len(paths) == 1 else f"[{','.join(paths)}]"
-    text_field = "" if column == "text" else f" {where}.text_field={column}"
+    text_field = "" if column == "text" else f" {shlex.quote(f'{where}.text_field={column}')}"
     takes = inspect.signature(local_text).parameters  # the builder's own keys go (torchtune's ~key removes one)
     gone = "".join(f" ~{where}.{key}" for key in args if key not in takes and key != "skip_bad_records")
+    # quoted where a shell would split or expand it (a space in a folder's name: the override broke in two)
     return (f"read the same files with {where}._component_=torchtune_longshort.data.corpus.local_text "
-            f"{where}.path={path}{text_field} {where}.skip_bad_records=True{gone}")
+            f"{shlex.quote(f'{where}.path={path}')}{text_field} {where}.skip_bad_records=True{gone}")
 
 
 def _named(held: HeldRecords, error: Exception) -> Exception:
