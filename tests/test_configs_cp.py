@@ -254,3 +254,19 @@ def test_longshort_cp_refuses_a_link_loop_in_one_line(tmp_path, capsys):
     assert exit_info.value.code == 2 and "a symbolic link in a loop" in err and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml"]
     assert all(p.is_symlink() for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv, said", [(["", "run.yaml"], "name='' is empty: give a shipped config"),
+                                        ([" ", "run.yaml"], "name=' ' is empty: give a shipped config"),
+                                        (["tiny/longshort_stdlib.yaml", ""],
+                                         "argument destination: '' is an empty path")])
+def test_longshort_cp_refuses_an_empty_name_or_destination(argv, said, tmp_path, monkeypatch, capsys):
+    # `longshort-cp "" run.yaml` (an unset $NAME) listed the configs and exited 0, copying nothing
+    from torchtune_longshort.configs_cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2 and captured.err.count("\n") == 1 and said in captured.err, captured.err
+    assert captured.out == "" and not any(tmp_path.iterdir())

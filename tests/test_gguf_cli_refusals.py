@@ -34,7 +34,10 @@ def test_cli_refuses_before_anything_is_read_or_written(tmp_path, capsys, monkey
               "not a wheel (not a zip archive)"),  # it made the cache folder and its lock, then a traceback
              (["--gguf", str(gguf), "--out", "/proc/longshort_x"], "cannot be created"),  # after the whole conversion
              (["--gguf", str(gguf), "--out", str(tmp_path / "new"), "--wheel", str(gguf)], "--wheel goes with --model"),
-             (["--model", "smollm2-135m-instruct", "--dtype", "bfloat16"], "--dtype bfloat16 goes with --gguf")]
+             (["--model", "smollm2-135m-instruct", "--dtype", "bfloat16"], "--dtype bfloat16 goes with --gguf"),
+             # `--gguf ""` (an unset $VAR) was told "model None is not known", naming neither --gguf nor the fix
+             (["--gguf", "", "--out", str(tmp_path / "new")], "error: argument --gguf: '' is an empty path: give a"),
+             (["--gguf", str(gguf), "--out=", "--dtype", "float16"], "error: argument --out: '' is an empty path")]
     # a GGUF that is truncated or corrupt (its magic, then junk): a struct.error / ValueError traceback from
     # transformers' reader, and with --model its cache folder and lock were left behind
     junk = tmp_path / "junk.gguf"

@@ -6,6 +6,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 
 def test_tilde_after_equals_is_the_home_folder(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, monkeypatch, capsys):
     # `--checkpoint-dir=~/ckpt` was refused as "--checkpoint-dir='~/ckpt' is not a directory", and `--data=~/d.txt`
@@ -50,3 +52,19 @@ def test_a_checkpoint_dir_that_is_not_there_is_said_not_to_exist(tmp_path, capsy
         err = capsys.readouterr().err
         assert stop.value.code == 2 and err == (f"longshort-misalignment: error: --checkpoint-dir="
                                                 f"{str(tmp_path / name)!r} {said}\n"), err
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint-dir", "--output", "--data", "--tokenizer"])
+def test_an_empty_path_is_refused_naming_its_flag(flag, tmp_path, monkeypatch, capsys):
+    """`--output ""` (an unset $OUT) scored every sample and wrote nothing, exit 0; `--checkpoint-dir ""` was told as
+    '.' and `--data ""` as the files of the working directory. Now argparse's one line naming the flag, exit 2."""
+    from torchtune_longshort.metrics.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = {"--checkpoint-dir": str(tmp_path), "--length": "64", flag: ""}
+    with pytest.raises(SystemExit) as stop:
+        main([x for kv in argv.items() for x in kv])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err == (f"longshort-misalignment: error: argument {flag}: '' is an empty path: "
+                                            "give a file or folder (an unset shell variable gives an empty one)\n")
+    assert not any(tmp_path.iterdir())

@@ -65,6 +65,18 @@ def test_single_runs_line_says_its_validation_mse_is_of_f(tmp_path, capsys):
     assert " (of f(y), --outrep sqrt) test_mse@l_train=" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv", [["--out", ""], ["--out=", "--quick"], ["--figure", "1b", "--quick", "--cache", " "]])
+def test_an_empty_path_is_refused_in_one_line_naming_its_flag(argv, tmp_path, monkeypatch, capsys):
+    # `--out ""` (an unset $OUT) ended in FileNotFoundError's traceback, exit 1; now argparse's refusal, exit 2
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    flag = argv[argv.index("--cache") if "--cache" in argv else 0].rstrip("=")
+    assert stop.value.code == 2 and err.count("\n") == 1 and f"error: argument {flag}: " in err, err
+    assert "is an empty path: give a file or folder" in err and not any(tmp_path.iterdir())
+
+
 def test_single_run_refuses_a_users_run_json_before_training(tmp_path, capsys):
     # `--out DIR` holding the user's own run.json: it was overwritten after training; now refused in one line
     # (exit 2) before anything trains (an earlier run's run.json is replaced: test_single_run_writes_json).

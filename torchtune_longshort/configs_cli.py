@@ -171,6 +171,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     flags = [f for f, on in (("--force", args.force), ("--no-clobber", args.no_clobber),
                              ("--make-parents", args.make_parents)) if on]
+    if args.name is not None and not args.name.strip():  # `longshort-cp "" run.yaml` listed the configs, exit 0
+        ap.error(f"name={args.name!r} is empty: give a shipped config ({prog} --list names them), "
+                 f"e.g. {prog} tiny/longshort_stdlib.yaml run.yaml")
     extra = [repr(a) for a in (args.name, args.destination) if a] + flags
     if args.list and extra:  # a copy asked as well: it was ignored without a word
         ap.error(f"--list takes nothing else ({', '.join(extra)} given): {prog} --list, or {prog} NAME DEST to copy")

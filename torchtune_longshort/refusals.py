@@ -328,7 +328,11 @@ def utf8_text(value: str) -> str:
 
 def user_path(value: str) -> str:
     """An ``argparse`` type for a path: ``~`` expanded, as the shell does for ``--out ~/x`` but not for ``--out=~/x``
-    (a folder named ``~`` was made in the working directory)."""
+    (a folder named ``~`` was made in the working directory). An empty value (``--out ""``, ``--out=$UNSET``) is
+    refused: it named the working directory, or read as the flag left out (a whole run whose result went nowhere)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is an empty path: give a file or folder (an unset shell "
+                                         "variable gives an empty one)")
     return os.path.expanduser(value)
 
 
