@@ -165,6 +165,17 @@ def test_a_missing_pretrained_folder_names_where_it_was_looked_for(tmp_path, mon
                                  "*.safetensors)")
 
 
+@pytest.mark.parametrize("key", ["pretrained", "checkpoint_dir"])
+def test_an_empty_pretrained_is_refused_as_empty_not_as_the_working_folder(key, tmp_path, monkeypatch):
+    """`--model_args checkpoint_dir=$CKPT` with CKPT unset was told "pretrained='.' has no config.json"."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as e:
+        check_arguments(lm_eval_argv(["run", "--model", "longshort", "--tasks", "longshort_ppl", "--device", "cpu",
+                                      "--model_args", f"{key}="]))
+    assert str(e.value) == ("longshort model: pretrained (or checkpoint_dir)='' is empty: give pretrained=<folder "
+                            "with config.json + weights> (an unset shell variable gives an empty one)")
+
+
 def test_a_missing_config_under_the_home_folder_is_named_there(tmp_path, monkeypatch):
     """longshort-validate '~/x.yaml' said 'relative to <cwd>' of a path in the home folder."""
     from torchtune_longshort.configs_cli import resolve_config

@@ -194,6 +194,9 @@ def _checkpoint_dir(pretrained: Optional[str], checkpoint_dir: Optional[str]) ->
     chosen = pretrained if pretrained is not None else checkpoint_dir
     if chosen is None:
         raise ValueError("longshort model: model_args needs pretrained=<folder with config.json + weights>")
+    if not str(chosen).strip():  # Path("") is ".": an unset $CKPT was told "pretrained='.' has no config.json"
+        raise ValueError(f"longshort model: pretrained (or checkpoint_dir)={chosen!r} is empty: give "
+                         "pretrained=<folder with config.json + weights> (an unset shell variable gives an empty one)")
     return Path(str(chosen))
 
 
