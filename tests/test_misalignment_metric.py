@@ -142,6 +142,9 @@ def test_python_callers_bad_arguments_are_refused_naming_them_before_any_forward
         run(divergences=[])
     with pytest.raises(ValueError, match=r"^seed='a' must be an int"):
         run(seed="a")
+    for bad in (2**64, -2**63 - 1):  # torch.Generator.manual_seed's own range, past which it overflowed
+        with pytest.raises(ValueError, match=rf"^seed={bad} is out of range: give an integer in \[-2\*\*63, 2\*\*64\)"):
+            run(seed=bad)
     with pytest.raises(ValueError, match=r"^device='tpu': not a device name"):
         run(device="tpu")
     one = run(divergences="sce")
@@ -297,3 +300,14 @@ def test_cli_data_a_missing_data_file_is_named_missing_not_tried_on_the_hub(tmp_
     monkeypatch.setattr(corpus, "hf_text", lambda *a, **k: pytest.fail("a missing local file was tried on the hub"))
     with pytest.raises(FileNotFoundError, match=f"--data='books{suffix}': no such file or folder"):
         documents_for(f"books{suffix}", "text", "test")
+
+
+def test_cli_refuses_a_seed_torch_cannot_take_before_loading(tmp_path, capsys):
+    # `--seed 99999999999999999999` loaded the model, then said "Overflow when unpacking long long" (two lines)
+    from torchtune_longshort.metrics.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--checkpoint-dir", str(tmp_path / "not_read"), "--length", "64", "--seed", str(2**64)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err == (f"longshort-misalignment: error: --seed={2**64} is out of range: give "
+                                                 "an integer in [-2**63, 2**64) (torch.Generator's seeds), e.g. 0\n")

@@ -53,7 +53,8 @@ with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while 
     from torchtune_longshort.hidden_states import last_position_logits
     from torchtune_longshort.lengths import length_arg
     from torchtune_longshort.loss.divergences import DIVERGENCES, divergence_fn
-    from torchtune_longshort.metrics.misalignment import DEFAULT_NUM_SAMPLES, misalignment_metric, summary_line
+    from torchtune_longshort.metrics.misalignment import (DEFAULT_NUM_SAMPLES, check_seed, misalignment_metric,
+                                                          summary_line)
     from torchtune_longshort.models.checkpoint_open import ArgNames, OpenedCheckpoint, open_checkpoint
     from torchtune_longshort.models.hf_model import load_hf_checkpoint
     from torchtune_longshort.rope.checkpoint_code import checkpoint_code
@@ -269,6 +270,10 @@ def _main(argv=None) -> int:
         ap.error(f"--length={args.length}: must be >= 2 tokens")
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples}: must be >= 1")
+    try:
+        check_seed(args.seed, "--seed")
+    except ValueError as e:
+        ap.error(str(e))
     _check_suffix_range(args, ap)
     _check_data_options(args, ap)
     _check_output(args)

@@ -174,8 +174,7 @@ def _checked_arguments(length: int, num_samples: Optional[int], min_len: Optiona
         raise ValueError(f"divergences={divergences!r} names none: give one or more of {list(DIVERGENCES)}")
     for d in divergences:
         divergence_fn(d)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed={seed!r} must be an int")
+    check_seed(seed, "seed")
     device = require_device(device)  # the rule of the CLI: a device this machine lacks failed inside torch
     return min_len, max_len, divergences, device
 
@@ -197,6 +196,16 @@ def _checked_sequence(seq: Any, index: int, max_len: int, vocab: Optional[int]) 
         raise ValueError(f"sequence {index} holds token ids in [{int(used.min())}, {int(used.max())}], "
                          f"outside the model's vocabulary [0, {vocab}): tokenize with the model's own tokenizer")
     return used
+
+
+def check_seed(seed, name: str) -> None:
+    """``seed`` as ``torch.Generator.manual_seed`` takes it (an int in [-2**63, 2**64)), else ``ValueError`` naming
+    ``name``: past that range torch said only "Overflow when unpacking long long", after the model had loaded."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"{name}={seed!r} must be an int")
+    if not -2**63 <= seed < 2**64:
+        raise ValueError(f"{name}={seed} is out of range: give an integer in [-2**63, 2**64) (torch.Generator's "
+                         "seeds), e.g. 0")
 
 
 @torch.no_grad()
