@@ -85,3 +85,49 @@ def test_a_run_stopped_in_its_setup_leaves_a_folder_a_plain_rerun_takes(tmp_path
     assert nothing_written(run)
     (run / ".staging" / "step_0" / "note.txt").write_text("mine")
     assert not nothing_written(run)
+
+
+@pytest.mark.parametrize("kill", ["after_both_renames", "between_the_renames", "after_its_list_went"])
+def test_a_users_file_in_a_step_set_aside_by_a_killed_replace_is_refused_by_name_and_never_cleaned(
+        tmp_path, tiny_llama2_dir, kill):
+    """A save that replaces step_4 sets the old one aside as ``.staging/old_step_4``; a kill before it is deleted left
+    an evaluation written beside its weights there, and the next start deleted it with that folder (exit 0), as all
+    of ``old_step_<k>`` was taken for the recipe's. Now its own list (``.longshort_files``) tells: a file it does not
+    name is refused by name, nothing moved, and once it is moved out the folder is taken (put back, or deleted)."""
+    import shutil
+
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 2, tiny_llama2_dir)
+    step = commit_step(run, 4, tiny_llama2_dir, state=False)  # without its state: a resume from step_2 saves it again
+    old = run / ".staging" / "old_step_4"
+    shutil.copytree(step, old)  # the folder set aside: the kill's moment, built by hand
+    if kill == "between_the_renames":
+        shutil.rmtree(step)
+    if kill == "after_its_list_went":  # the deletion of what the list names killed once the list was gone
+        for q in sorted(old.rglob("*"), reverse=True):
+            q.rmdir() if q.is_dir() else q.unlink()
+    (old / "eval.json").write_text("mine")
+    before = stat_tree(run)
+    with pytest.raises(FileExistsError, match=r"holds '\.staging/old_step_4/eval\.json', which this recipe did not"):
+        check_output_dir(run, resume=False, overwrite=True)
+    with pytest.raises(FileExistsError, match=r"resume=True would clear \.staging of .*'\.staging/old_step_4/eval"):
+        check_output_dir(run, resume=True, overwrite=False)
+    StepCheckpoints(run).clean_staging()  # as a save does, and a start
+    assert stat_tree(run) == before
+    (old / "eval.json").unlink()
+    check_output_dir(run, resume=True, overwrite=False)
+    StepCheckpoints(run).clean_staging()
+    assert not (run / ".staging").exists() and StepCheckpoints(run).steps() == [2, 4]
+
+
+def test_a_replace_deletes_what_the_old_steps_list_names_and_keeps_a_users_file(tmp_path, tiny_llama2_dir):
+    """An evaluation written into step_4 while a resumed run was about to save step_4 again went with the old folder
+    (``rmtree``); now only what its list names goes, the file stays set aside, and the next start names it."""
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 2, tiny_llama2_dir)
+    (commit_step(run, 4, tiny_llama2_dir) / "eval.json").write_text("mine")
+    commit_step(run, 4, tiny_llama2_dir)
+    old = run / ".staging" / "old_step_4"
+    assert sorted(q.relative_to(old).as_posix() for q in old.rglob("*")) == ["eval.json"]
+    assert (old / "eval.json").read_text() == "mine" and StepCheckpoints(run).foreign_staged() == [
+        ".staging/old_step_4/eval.json"] and StepCheckpoints(run).steps() == [2, 4]

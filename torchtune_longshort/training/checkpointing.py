@@ -37,7 +37,8 @@ from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
 from torchtune_longshort.training.durable_save import fsync_dir
 from torchtune_longshort.training.staging import (
-    MANIFEST, STAGING, STARTED_PATTERN, STATE_PATTERN, foreign_in, own_staged, staged_state_path, started_mark,
+    MANIFEST, STAGING, STARTED_PATTERN, STATE_PATTERN, foreign_in, own_staged, remove_listed,
+    staged_state_path, started_mark, unlisted,
 )
 from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
 from torchtune_longshort.training.state_words import cut_short, said, unreadable_state, zero_filled
@@ -47,19 +48,6 @@ LATEST = "latest"  # the text file naming the newest complete step folder
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
 
 PathLike = Union[str, Path]
-
-
-def listed_entry(q: Path, root: Path) -> bool:
-    """Whether ``q``, found under ``root`` by ``rglob``, is an entry that ``root``'s :data:`MANIFEST` must name for
-    it to be a run's: a file, or a symbolic link (to a folder too: rglob does not go into it, and a deletion takes
-    the link), except a link to a folder inside ``root`` (a logger's own, as wandb's ``latest-run``: deleting it
-    deletes nothing else)."""
-    if not q.is_dir():
-        return True
-    if not q.is_symlink():
-        return False
-    real, top = q.resolve(), root.resolve()
-    return not (real == top or top in real.parents)
 
 
 def saves_at(step: int, stop_at: int, max_steps: int, save_every: Optional[int]) -> bool:
@@ -311,9 +299,10 @@ class StepCheckpoints:
             # Only reachable when a run is resumed from an older step and saves this step again: replace it by
             # renaming the old one aside first, so a kill between the two renames still leaves a complete copy.
             old = self.staging_root / f"old_step_{step}"
+            # what the old one's list names goes; a user's file in it stays there, named by the next start
             os.rename(final, old)
             os.rename(staged, final)
-            shutil.rmtree(old)
+            remove_listed(old)
         else:
             os.rename(staged, final)
         moved = state.is_file()
@@ -351,9 +340,7 @@ class StepCheckpoints:
             if listed is None:
                 out.append(f"{p.name}/ (no {MANIFEST})")
                 continue
-            listed = set(listed) | {MANIFEST}
-            out += [f"{p.name}/{rel}" for q in sorted(p.rglob("*"))
-                    if listed_entry(q, p) and (rel := q.relative_to(p).as_posix()) not in listed]
+            out += [f"{p.name}/{rel}" for rel in unlisted(p, listed)]
         states = self.root / RECIPE_STATE_DIR
         if not resumable_only and states.is_dir():  # a folder or link named as a state file is a user's too
             out += [f"{RECIPE_STATE_DIR}/{q.name}" + (" (not a state file)" if self._own_state(q.name) else "")

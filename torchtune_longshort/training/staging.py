@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import List, Union
+from typing import List, Optional, Union
 
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE
 from torchtune_longshort.models.hf_checkpoint_writer import SHARD_PATTERN
 from torchtune_longshort.models.hf_rope import ROPE_SIDE_FILE
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, ADAPTER_FILES
 from torchtune_longshort.models.tokenizer_formats import TOKENIZER_FILES
+from torchtune_longshort.output_guard import read_names
 from torchtune_longshort.temporary_files import temporary_of
 from torchtune_longshort.training.durable_save import fsync_dir
 
@@ -78,17 +79,55 @@ def unsaved_files(staged: Path) -> List[str]:
     return out
 
 
+def listed_entry(q: Path, root: Path) -> bool:
+    """Whether ``q``, found under ``root`` by ``rglob``, is an entry that ``root``'s :data:`MANIFEST` must name for
+    it to be a run's: a file, or a symbolic link (to a folder too: rglob does not go into it, and a deletion takes
+    the link), except a link to a folder inside ``root`` (a logger's own, as wandb's ``latest-run``: deleting it
+    deletes nothing else)."""
+    if not q.is_dir():
+        return True
+    if not q.is_symlink():
+        return False
+    real, top = q.resolve(), root.resolve()
+    return not (real == top or top in real.parents)
+
+
+def unlisted(folder: Path, listed: Optional[List[str]]) -> List[str]:
+    """The entries under ``folder`` (:func:`listed_entry`) that ``listed`` (its :data:`MANIFEST`'s names, or None:
+    none) does not name, the list itself aside, relative to ``folder``, sorted."""
+    names = set(listed or ()) | {MANIFEST}
+    return [rel for q in sorted(folder.rglob("*"))
+            if listed_entry(q, folder) and (rel := q.relative_to(folder).as_posix()) not in names]
+
+
+def remove_listed(folder: Path) -> None:
+    """Delete what ``folder``'s :data:`MANIFEST` lists, the list last, then the folders left empty: a file it does not
+    list (a user's evaluation written beside the weights) stays, and a kill part-way leaves the list while a file it
+    names is there, so what stays unlisted is never the recipe's (:func:`foreign_in`)."""
+    for rel in read_names(folder / MANIFEST) or ():
+        (folder / rel).unlink(missing_ok=True)
+    (folder / MANIFEST).unlink(missing_ok=True)
+    for q in sorted((q for q in folder.rglob("*") if q.is_dir() and not q.is_symlink()), reverse=True):
+        if not any(q.iterdir()):
+            q.rmdir()
+    if not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def foreign_in(p: Path) -> List[str]:
     """What of ``p``, an entry of ``.staging/``, the recipe did not write there (paths in ``.staging``); empty when it
     is all the recipe's: a ``step_<k>`` folder beside its :func:`started_mark` that holds only what a save writes
-    (else each other file in it is named), ``old_step_<k>`` folders (a committed step set aside), ``step_<k>.pt``
-    (``.tmp``) states, marks. A ``step_<k>/`` without its mark is a user's, named whole (an overwrite deleted it, a
-    note kept in it, without a word), and so was a note put into a killed save's marked folder."""
+    (else each other file in it is named), an ``old_step_<k>`` folder (a committed step set aside by a save that
+    replaces it) that holds only what its :data:`MANIFEST` lists (else each other file; without the list, which
+    :func:`remove_listed` deletes last, each file), ``step_<k>.pt`` (``.tmp``) states, marks. A ``step_<k>/``
+    without its mark is a user's, named whole (an overwrite deleted it, a note kept in it, without a word), and so
+    was a note put into a killed save's marked folder, or an evaluation kept in a step folder a kill mid-replace
+    left set aside."""
     if p.is_symlink() or (p.is_dir() and not STAGED_PATTERN.match(p.name)):
         return [p.name]
     if p.is_dir():
         if p.name.startswith("old_"):
-            return []
+            return [f"{p.name}/{rel}" for rel in unlisted(p, read_names(p / MANIFEST))]
         mark = started_mark(p)
         if not mark.is_file() or mark.is_symlink():
             return [p.name]

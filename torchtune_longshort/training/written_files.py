@@ -16,9 +16,10 @@ from torchtune_longshort.output_guard import read_names, write_names
 from torchtune_longshort.plural import counted
 from torchtune_longshort.temporary_files import remove_abandoned_temporaries, temporary_of
 from torchtune_longshort.training.checkpointing import (
-    LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike, listed_entry,
+    LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike,
 )
 from torchtune_longshort.training.output_aside import DISCARDED, LOCK, MARKER, REPLACED
+from torchtune_longshort.training.staging import listed_entry
 
 METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
 # Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
