@@ -120,13 +120,18 @@ def test_a_users_file_in_a_step_set_aside_by_a_killed_replace_is_refused_by_name
     assert not (run / ".staging").exists() and StepCheckpoints(run).steps() == [2, 4]
 
 
-def test_a_replace_deletes_what_the_old_steps_list_names_and_keeps_a_users_file(tmp_path, tiny_llama2_dir):
+def test_a_replace_deletes_what_the_old_steps_list_names_and_keeps_a_users_file(tmp_path, tiny_llama2_dir, capsys):
     """An evaluation written into step_4 while a resumed run was about to save step_4 again went with the old folder
     (``rmtree``); now only what its list names goes, the file stays set aside, and the next start names it."""
     run = recipe_made(tmp_path / "run")
     commit_step(run, 2, tiny_llama2_dir)
     (commit_step(run, 4, tiny_llama2_dir) / "eval.json").write_text("mine")
+    capsys.readouterr()
     commit_step(run, 4, tiny_llama2_dir)
+    said = capsys.readouterr().err.splitlines()  # said while the run goes on, not only at the next start
+    assert len(said) == 1 and said[0].startswith("step_4 was saved again") and said[0].endswith(
+        "kept aside: .staging/old_step_4/eval.json: move it out (overwrite_output_dir and resume refuse this folder "
+        "until then)"), said
     old = run / ".staging" / "old_step_4"
     assert sorted(q.relative_to(old).as_posix() for q in old.rglob("*")) == ["eval.json"]
     assert (old / "eval.json").read_text() == "mine" and StepCheckpoints(run).foreign_staged() == [
