@@ -5,6 +5,7 @@ name: tests/test_geoparquet_records.py). The references: zipfile's and pyarrow.i
 
 from __future__ import annotations
 
+import json
 import zipfile
 
 import pytest
@@ -68,26 +69,30 @@ def test_a_compressed_file_on_a_command_line_is_told_to_decompress_it_alone(tmp_
 
 
 @pytest.mark.parametrize("saved", ["/out/step_3", None])
-def test_a_file_compressed_under_a_running_source_is_told_to_decompress_it_alone(tmp_path, saved):
+@pytest.mark.parametrize("b", ["b.txt", "b.jsonl"])
+def test_a_file_compressed_under_a_running_source_is_told_to_decompress_it_alone(tmp_path, saved, b):
     # a local source read whole at build, whose b.txt a gzip copy replaces mid-run: the stop said "mend the record
-    # (or skip it: dataset.skip_bad_records=True)", and skipping drops the whole file (gzip's own read gives the text)
+    # (or skip it: dataset.skip_bad_records=True)", and skipping drops the whole file (gzip's own read gives the text);
+    # a b.jsonl said "b.jsonl:1: bytes that are not utf-8 (...)" and to skip it, its lines read one by one
     import gzip
 
     from torchtune_longshort.data.text_files import DataRecordError, SkippedRecord
     from torchtune_longshort.training.bad_record import record_stop
 
     stops = None
+    held = TEXTS[1] if b == "b.txt" else "".join(json.dumps({"text": t}) + "\n" for t in TEXTS)
     for skip in (False, True):
-        for name, text in zip("ab", TEXTS):
-            (tmp_path / f"{name}.txt").write_text(text)
+        (tmp_path / "a.txt").write_text(TEXTS[0])
+        (tmp_path / b).write_text(held)
         docs = corpus.local_text(str(tmp_path), skip_bad_records=skip)
-        (tmp_path / "b.txt").write_bytes(gzip.compress(TEXTS[1].encode()))
-        assert gzip.decompress((tmp_path / "b.txt").read_bytes()).decode() == TEXTS[1]
-        if skip:  # the file goes whole: its one text is not read
-            assert [d if isinstance(d, str) else type(d) for d in docs()] == [TEXTS[0], SkippedRecord]
+        (tmp_path / b).write_bytes(gzip.compress(held.encode()))
+        assert gzip.decompress((tmp_path / b).read_bytes()).decode() == held
+        if skip:  # the file goes whole: none of its texts is read
+            read = [d if isinstance(d, str) else type(d) for d in docs()]
+            assert read[0] == TEXTS[0] and set(read[1:]) == {SkippedRecord}, read
         else:
             with pytest.raises(DataRecordError) as stops:
                 list(docs())
     said = str(record_stop(stops.value, saved, tmp_path))
-    assert "b.txt: a gzip-compressed file, not text: decompress it first" in said, said
+    assert f"{tmp_path / b}: a gzip-compressed file, not text: decompress it first" in said, said
     assert "skip_bad_records" not in said and "fix the file as said" in said, said

@@ -297,7 +297,7 @@ def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encod
     try:
         line = raw.decode(encoding)
     except UnicodeDecodeError as e:
-        said = Unparsed(f"{where}: {NOT_DECODED} {encoding} ({e.reason} at byte {e.start})")
+        said = _unparsed(f, f"{where}: {NOT_DECODED} {encoding} ({e.reason} at byte {e.start})", encoding)
         yield from _bad(said, on_bad_record)
         return
     if i == 0:
@@ -307,12 +307,21 @@ def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encod
     try:
         text = text_of_record(json.loads(line), text_field, where, setting)
     except json.JSONDecodeError as e:
-        yield from _bad(Unparsed(f"{where}: not a JSON line ({e.msg})"), on_bad_record)
+        yield from _bad(_unparsed(f, f"{where}: not a JSON line ({e.msg})", encoding), on_bad_record)
         return
     except ValueError as e:
         yield from _bad(str(e), on_bad_record)
         return
     yield text
+
+
+def _unparsed(f: Path, said: str, encoding: str) -> Unparsed:
+    """``said`` of a JSON line no parser reads or, where ``f``'s first bytes are no text (a compressed copy put in
+    its place under a running source), what the file is and its fix in the words of a run's start
+    (:func:`check_heads`): a whole file, which no skipping mends (``file_kinds.whole_file``)."""
+    with open(f, "rb") as fh:
+        what = not_text(fh.read(HEAD_BYTES), encoding)
+    return Unparsed(f"{f}: {what}" if what else said)
 
 
 def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record: BadRecord) -> Iterator[str]:
