@@ -108,8 +108,9 @@ def test_a_hub_haystack_names_the_key_the_user_set(corp, monkeypatch, read, key)
     assert list(zip(range(3), iter_haystack_lines(str(corp), label="--haystack"))) == list(enumerate(books))
 
 
-@pytest.mark.parametrize("section", ["dataset", "validation.dataset"])
-def test_a_torchtune_builder_names_the_section_s_key_and_a_way_that_reads_the_file(corp, section):
+@pytest.mark.parametrize("section, by", [("dataset", "file"), ("validation.dataset", "file"), ("dataset", "folder"),
+                                         ("validation.dataset", "glob")])
+def test_a_torchtune_builder_names_the_section_s_key_and_a_way_that_reads_the_file(corp, section, by):
     # it said "(skip_bad_records does not reach it) ... local_text (path: them), which ... skip_bad_records: True":
     # no section, and keys the builder's node does not take (source, data_files, column stay and are refused)
     from argparse import Namespace
@@ -127,19 +128,29 @@ def test_a_torchtune_builder_names_the_section_s_key_and_a_way_that_reads_the_fi
     books.mkdir()
     (corp / "a.jsonl").rename(books / "a.jsonl")
     args = {"source": "json", "data_files": str(books / "a.jsonl"), "column": "text", "split": "train"}
+    texts = [(f"book {i} " * 8) for i in range(3)]
+    if by != "file":  # it named every file of the folder or glob: dataset.path=[.../a.jsonl,.../b.jsonl,...]
+        texts.append("book 3 " * 8)
+        (books / "b.jsonl").write_text(json.dumps({"text": texts[-1]}) + "\n")
+        args = ({"source": str(books), "column": "text", "split": "train"} if by == "folder" else
+                {**args, "data_files": str(books / "*.jsonl")})
     with pytest.raises(DataRecordError) as refused:
         build_torchtune_dataset(text_completion_dataset, None, args, section)
     said = str(refused.value)
     assert _not_reached(said) == f"{section}.skip_bad_records", said
     assert "the builder hands the whole file to that parser, which skips nothing" in said, said
     way = shlex.split(said.split("or read the same files with ")[1])  # as the shell hands it to tune run
+    named = {"file": books / "a.jsonl", "folder": books, "glob": books / "*.jsonl"}[by]
+    assert f"{section}.path={named}" in way, way
     yaml = OmegaConf.create({})
     OmegaConf.update(yaml, section, {"_component_": "torchtune.datasets.text_completion_dataset", **args},
                      force_add=True)
     node = OmegaConf.select(_merge_yaml_and_cli_args(Namespace(**OmegaConf.to_container(yaml)), way), section)
     source = build_section(DataSourceConfig, OmegaConf.to_container(node), section)
     assert [d for d in build_documents(source, None, section)() if isinstance(d, str)] == \
-        [(f"book {i} " * 8) for i in range(3)]  # the named way reads the three books, the torn line skipped
+        texts  # the named way reads the same books, the torn line skipped
+    if by != "file":
+        return
 
     torn_array = corp / "a.json"  # one record to every reader: skipping it drops the file, so no skipping way
     torn_array.write_text("[\n" + json.dumps({"text": "book"}) + ",\n" + TORN + "\n")

@@ -16,6 +16,7 @@ refuses (an empty file, a torn JSON line) is explained the same way (:mod:`~.dat
 from __future__ import annotations
 
 import inspect
+import os
 import shlex
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
@@ -25,7 +26,10 @@ from torchtune_longshort.data.corpus import Documents, local_text
 from torchtune_longshort.data.document_source import DocumentSource
 from torchtune_longshort.data.file_kinds import record_suffixes
 from torchtune_longshort.data.hf_loading import builder_loggers
-from torchtune_longshort.data.data_files import explain_load_failure, locate_record, named_files, record_problem
+from torchtune_longshort.data.data_files import (
+    explain_load_failure, locate_record, named_files, record_problem, source_folder,
+)
+from torchtune_longshort.data.file_paths import resolve_files
 from torchtune_longshort.data.source_names import record_or_skipped
 from torchtune_longshort.data.text_files import DataRecordError, check_first_readable
 
@@ -86,13 +90,31 @@ def _skipping_reader(files: List[Tuple[str, Any]], args: dict, column: Optional[
     if not column or not files or not all(Path(f).suffix in record_suffixes() for _, f in files):
         return None
     paths = [str(f) for _, f in files]
-    path = paths[0] if len(paths) == 1 else f"[{','.join(paths)}]"
+    path = paths[0] if len(paths) == 1 else _named_as_given(args, paths) or f"[{','.join(paths)}]"
     text_field = "" if column == "text" else f" {shlex.quote(f'{where}.text_field={column}')}"
     takes = inspect.signature(local_text).parameters  # the builder's own keys go (torchtune's ~key removes one)
     gone = "".join(f" ~{where}.{key}" for key in args if key not in takes and key != "skip_bad_records")
     # quoted where a shell would split or expand it (a space in a folder's name: the override broke in two)
     return (f"read the same files with {where}._component_=torchtune_longshort.data.corpus.local_text "
             f"{shlex.quote(f'{where}.path={path}')}{text_field} {where}.skip_bad_records=True{gone}")
+
+
+def _named_as_given(args: dict, paths: List[str]) -> Optional[str]:
+    """The builder's own folder (``source``, or ``source/data_dir``, without ``data_files``) or ``data_files`` glob,
+    where ``local_text`` reads exactly ``paths`` from it (its own default suffixes, its own walk): named in place of
+    a list of every file, which for a folder of hundreds of files made a line no one could paste. None otherwise (a
+    folder holding files ``local_text`` reads that ``datasets`` does not, or the other way round)."""
+    given, folder = args.get("data_files"), source_folder(args.get("source"), args.get("data_dir"))
+    if given is None and folder is not None:
+        given = os.path.join(args["source"], args["data_dir"]) if args.get("data_dir") else args["source"]
+    elif not isinstance(given, str) or folder is not None:
+        return None  # a list, a split's dict, or entries read inside the folder: the files are named one by one
+    suffixes = inspect.signature(local_text).parameters["suffixes"].default
+    try:  # left_out and hidden given: the walk says nothing of the files it leaves out
+        read = [str(f) for f in resolve_files(given, [*suffixes, *record_suffixes()], "path", [], [])]
+    except (FileNotFoundError, ValueError):
+        return None
+    return given if read == paths else None
 
 
 def _named(held: HeldRecords, error: Exception) -> Exception:
