@@ -53,6 +53,8 @@ def test_ppl_names_the_record_or_skips_it(data, sp_tokenizer_dir, kind, caplog):
         assert "field 'text' holds int '12345'" in r["error"] and r["doc_index"] == -1, r
         assert """--metadata '{"ppl_skip_bad_records": true}'""" in r["error"], r
     assert "data.jsonl:3" in rows[0]["error"]  # hf: a folder's record named in its file too, as local data's
+    if kind == "hf":  # led by the user's key, as a torn line's refusal: it said "data set '<folder>': ..."
+        assert f"ppl_dataset_path in --metadata: {bad / 'data.jsonl'}:3: field 'text'" in rows[0]["error"], rows
     with caplog.at_level(logging.WARNING):
         skipped = long_ppl_dataset(**_sources(bad, "ppl")[kind], **kw, ppl_skip_bad_records=True)["test"].to_list()
     reference = long_ppl_dataset(**_sources(clean, "ppl")[kind], **kw)["test"].to_list()

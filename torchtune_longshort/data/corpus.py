@@ -251,7 +251,7 @@ def hf_text(
 
     def docs() -> Iterator[str]:
         for i, rec in enumerate(records()):
-            where = partial(row_in, section, source, name, split, i, files)  # asked of a bad record alone
+            where = partial(row_in, names, source, name, split, i, files)  # asked of a bad record alone
             check_not_tab_separated(rec, text_field, source, load_dataset_kwargs, where, names)
             yield record_or_skipped(lambda: text_of_record(rec, text_field, where, names("text_field")),
                                     skip_bad_records)

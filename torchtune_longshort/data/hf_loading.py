@@ -98,14 +98,18 @@ def source_split(section: str, source: Any, name: Optional[str], split: str) -> 
     return f"{section} {source!r} ({config}split {split!r})"
 
 
-def row_in(section: str, source: Any, name: Optional[str], split: str, index: int,
+def row_in(names: SourceNames, source: Any, name: Optional[str], split: str, index: int,
            files: Sequence[Tuple[str, Path]] = ()) -> str:
     """How :func:`~.corpus.hf_text` names its ``index``-th record (0 the first): the line or row of the local
     ``files`` that holds it, as the text reader names it (:func:`~.data_files.locate_record`: ``<file>:<line>``,
     ``<file> row k``), else ``<source_split> row <index>``, counted from 0 as ``datasets`` indexes a split's rows
-    (``ds[index]``, ``ds.skip(index)`` of a stream) and as :func:`~.file_kinds.row_of` names a local file's."""
-    row = f"{source_split(section, source, name, split)} row {index}"
-    return f"{section} {source!r}: {locate_record(files, index, row)}" if files else row
+    (``ds[index]``, ``ds.skip(index)`` of a stream) and as :func:`~.file_kinds.row_of` names a local file's. Led by
+    the user's key for the source where one is set (``names.key``: ``ppl_dataset_path in --metadata: <file>:<line>``,
+    as a torn line's refusal, :attr:`SourceNames.refused_as`), else by a local file's section and source."""
+    row = f"{source_split(names.where, source, name, split)} row {index}"
+    lead = names.key or (f"{names.where} {source!r}" if files else "")  # the noun "data set 'x'" said no key
+    named = locate_record(files, index, row) if files else row
+    return f"{lead}: {named}" if lead else named
 
 
 def whole_text_files(source: Any, load_dataset_kwargs: Dict[str, Any], module: Any, data_files: Any = None,
