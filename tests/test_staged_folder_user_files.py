@@ -14,7 +14,7 @@ from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.output_aside import nothing_written
 from torchtune_longshort.training.output_dir import check_output_dir
 from torchtune_longshort.training.recipe_checkpoints import discard_scratch_start
-from torchtune_longshort.training.staging import start_staged
+from torchtune_longshort.training.staging import MANIFEST, foreign_in, start_staged
 
 
 @pytest.mark.parametrize("folder", ["step_3", "step_0"])
@@ -69,8 +69,13 @@ def test_what_a_save_killed_at_any_point_leaves_is_still_the_recipes(tmp_path, t
     start_staged(staging / "step_4")  # killed while it wrote its weights
     (staging / "step_4" / "adapter").mkdir()
     (staging / "step_4" / "adapter" / "adapter_model.safetensors").write_bytes(b"torn")
+    (staging / "step_4" / f".{MANIFEST}.1a2b3c4d.tmp").write_text("[")  # killed while it wrote its list
+    with pytest.raises(FileExistsError):  # a folder there already is never written into
+        start_staged(staging / "step_4")
     start_staged(staging / "step_6")
     (staging / "step_6").rmdir()  # killed between its mark and its folder: the mark alone
+    start_staged(staging / "step_8")
+    (staging / "step_8" / "adapter").mkdir()  # killed before its first adapter file
     (staging / "step_2.started").write_text("")  # killed after step_2's commit renamed it in, before the mark went
     check_output_dir(run, resume=True, overwrite=False)
     check_output_dir(run, resume=False, overwrite=True)
@@ -136,3 +141,18 @@ def test_a_replace_deletes_what_the_old_steps_list_names_and_keeps_a_users_file(
     assert sorted(q.relative_to(old).as_posix() for q in old.rglob("*")) == ["eval.json"]
     assert (old / "eval.json").read_text() == "mine" and StepCheckpoints(run).foreign_staged() == [
         ".staging/old_step_4/eval.json"] and StepCheckpoints(run).steps() == [2, 4]
+
+
+def test_a_link_in_staging_is_a_users(tmp_path):
+    """A symbolic link the recipe never makes, named as its own entries are (a state, a marked folder's file, a
+    folder's mark), is named, not taken for the recipe's and deleted."""
+    staging = tmp_path / ".staging"
+    start_staged(staging / "step_3")
+    (tmp_path / "mine").write_text("mine")
+    (staging / "step_3" / "config.json").symlink_to(tmp_path / "mine")
+    (staging / "step_3" / "a.txt").write_text("mine")
+    (staging / "step_5.pt").symlink_to(tmp_path / "mine")
+    (staging / "step_7").mkdir()
+    (staging / "step_7.started").symlink_to(tmp_path / "mine")
+    assert [foreign_in(staging / name) for name in ("step_3", "step_5.pt", "step_7")] == [
+        ["step_3/a.txt", "step_3/config.json"], ["step_5.pt"], ["step_7"]]
