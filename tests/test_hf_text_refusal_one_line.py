@@ -89,6 +89,7 @@ def test_held_lines_are_handed_on_where_no_refusal_explains_them():
         assert records == []
         held.held.pop()
         held.release()
+        held.release()  # what was handed on is not handed on again
         with held:
             logger.error("forgotten")
         held.drop()
@@ -110,9 +111,9 @@ def test_datasets_bars_show_once_a_held_read_has_run_its_delay():
 
     from torchtune_longshort._quiet import late_bars
 
-    def shown(pause: float) -> str:
+    def shown(pause: float, **kwargs) -> str:
         out = io.StringIO()
-        with bar(total=2, desc="Generating train split", file=out, mininterval=0) as b:
+        with bar(total=2, desc="Generating train split", file=out, mininterval=0, **kwargs) as b:
             time.sleep(pause)
             b.update(2)
         return out.getvalue()
@@ -123,4 +124,5 @@ def test_datasets_bars_show_once_a_held_read_has_run_its_delay():
             pass
         assert shown(0) == ""
         assert "2/2" in shown(0.25)
+        assert "Generating train split" in shown(0, delay=0)  # a bar's own delay is its own
     assert "Generating train split" in shown(0)

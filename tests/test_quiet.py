@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from torchtune_longshort._quiet import LOG_FILTERS, DropMessages, filter_warnings
+from torchtune_longshort._quiet import LOG_FILTERS, DropMessages, _git_describe, dropping, filter_warnings
 
 from torchtune_longshort.eval.tasks import tasks_path  # noqa: E402
 
@@ -77,6 +77,28 @@ def test_transformers_deprecated_property_peft_reads_warns_nothing():
     unfiltered = read(False)
     assert len(unfiltered) == 2 and unfiltered[0].startswith("`is_gradient_checkpointing` is deprecated and will be")
     assert read(True) == ["`is_gradient_checkpointing` is deprecated and will be removed"]  # this module's stays
+
+
+def test_dropping_drops_its_lines_only_while_its_block_runs(caplog):
+    """:func:`dropping` (the pack task's "Custom kwargs" hint, around its own download): the same line logged after
+    the block shows, as another task's hint must."""
+    name = "longshort.test.dropping"
+    with caplog.at_level(logging.WARNING, logger=name):
+        with dropping(name, [(logging.WARNING, r"^noise")]):
+            logging.getLogger(name).warning("noise 1")
+            logging.getLogger(name).warning("signal")
+        logging.getLogger(name).warning("noise 2")
+    assert [r.getMessage() for r in caplog.records] == ["signal", "noise 2"]
+
+
+@pytest.mark.parametrize("where", ["repo", "elsewhere"])
+def test_the_git_hash_recorded_is_lm_evals_own(where, tmp_path, monkeypatch):
+    """:func:`_git_describe` records what lm-eval's ``get_git_commit_hash`` does, in a repository and outside one
+    (git's error: lm-eval's fallback), with git's stderr discarded."""
+    from lm_eval.loggers.utils import get_git_commit_hash
+
+    monkeypatch.chdir(REPO if where == "repo" else tmp_path)
+    assert _git_describe() == get_git_commit_hash()
 
 
 _EVAL = ["run", "--model", "longshort", "--device", "cpu", "--tasks", "longshort_ppl,longshort_passkey", "--metadata",
