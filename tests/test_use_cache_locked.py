@@ -66,3 +66,5 @@ def test_a_cache_whose_owner_does_not_decode_is_refused_naming_it(tmp_path, valu
     with SqliteDict(str(db), flag="r") as cache, pytest.raises(ValueError) as claimed:  # the model's own check
         owner_refusal(cache, {"rope": "linear:2"})
     assert str(claimed.value) == line
+    db.rename(tmp_path / "c_rank0.bak.db")  # a copy set aside, no rank's file: lm-eval never opens it
+    check_cache_files(str(tmp_path / "c"), {"rope": "linear:2"} if model == "longshort" else None, model)

@@ -4,11 +4,13 @@ refused naming the field, not as "another model ()" when the field's value here 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 pytest.importorskip("lm_eval")
 
-from torchtune_longshort.eval.model.response_cache import OWNER_KEY, owner_refusal  # noqa: E402
+from torchtune_longshort.eval.model.response_cache import OWNER_KEY, cache_identity, owner_refusal  # noqa: E402
 
 HERE = {"checkpoint_fingerprint": "9c55c0293b1a282b", "max_length": 256, "add_bos_token": None}
 
@@ -31,3 +33,19 @@ def test_a_signature_that_is_no_mapping_is_refused_in_one_line():
 
 def test_the_same_signature_is_accepted():
     assert owner_refusal({OWNER_KEY: dict(HERE), "0" * 64: -1.0}, HERE) is None
+
+
+def test_each_setting_the_answers_depend_on_signs_the_cache(tmp_path):
+    """A run that changes any one setting its answers depend on (the docstring's list, add_bos_token included) is
+    signed apart, so it is refused the other's cached answers."""
+    (tmp_path / "tokenizer.model").write_bytes(b"x")
+    base = {"tokenizer": SimpleNamespace(format="sentencepiece", path=str(tmp_path / "tokenizer.model")),
+            "rope_spec": None, "max_length": 256, "allow_extrapolation": False, "dtype": "bfloat16",
+            "truncation": "left", "max_gen_toks": 32, "add_bos_token": None}
+    changed = {"rope_spec": "linear:2", "max_length": 512, "allow_extrapolation": True, "dtype": "float32",
+               "truncation": "right", "max_gen_toks": 64, "add_bos_token": True}
+    first = cache_identity(SimpleNamespace(**base), "fp")
+    assert cache_identity(SimpleNamespace(**base), "fp") == first
+    assert cache_identity(SimpleNamespace(**base), "fq") != first  # another checkpoint
+    for key, value in changed.items():
+        assert cache_identity(SimpleNamespace(**{**base, key: value}), "fp") != first, key
