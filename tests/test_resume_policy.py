@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from run_folders import aged, stat_tree
 
 from torchtune_longshort.config.fields import RESUME_POLICIES, resume_policies
+from torchtune_longshort.models.families import converted_alike
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.resume import RESUME_POLICY, compare_resume_config
 
@@ -266,6 +267,7 @@ def test_a_model_type_in_another_case_is_the_same_model_type(spelled):
     from torchtune.training.checkpointing._utils import ModelType
 
     assert ModelType(spelled.lower()) is ModelType["LLAMA2"]
+    assert ModelType("gemma2") is ModelType["GEMMA2"] and converted_alike("gemma2", "GEMMA2")  # in no family
     node = {"_component_": "torchtune.training.FullModelHFCheckpointer", "checkpoint_dir": None, "model_type": "LLAMA2"}
     saved = {"output_dir": "o", "seq_len": 64, "max_steps": 2, "checkpointer": node}
     assert compare_resume_config(saved, {**saved, "checkpointer": {**node, "model_type": spelled}}) == []
