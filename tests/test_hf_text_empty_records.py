@@ -8,6 +8,7 @@ import pytest
 
 from torchtune_longshort.data import corpus
 from torchtune_longshort.data.dual_window import PackedTokenStream
+from torchtune_longshort.data.source_names import SourceNames, source_names
 
 TEXTS = ["", "   ", "first book", "\n\t", "second book", "third book"]
 
@@ -78,6 +79,11 @@ def test_a_source_of_blank_records_alone_is_refused_as_blank_not_empty(tmp_path,
         "dataset 'json' split 'train' yields no non-empty documents: its 3 records are all blank "
         "(dataset.text_field='text' is empty or whitespace-only in each): name data that holds text, or the field "
         "that holds it (dataset.text_field)")
+    if streaming:  # an evaluation's source is led by the user's key for it, as its torn line: it started "data set"
+        names = SourceNames("data set", {"text_field": "ppl_text_field"}, key="ppl_dataset_path in --metadata")
+        with source_names(names), pytest.raises(ValueError, match="^ppl_dataset_path in --metadata: data set 'json' "
+                                                                  "split 'train' yields no non-empty documents: "):
+            corpus.hf_text("json", data_files=str(path), streaming=streaming)
 
 
 def test_a_source_with_no_record_is_still_empty_not_blank(tmp_path):

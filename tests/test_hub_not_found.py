@@ -72,8 +72,10 @@ def test_a_hub_answering_404_is_refused_in_one_line_naming_the_fix(hub_404, tmp_
     assert "check your connection" not in build.lower()
     assert said["read"] == ["DataSourceError", build]  # unchecked: the first read says it (exit 2, nothing written)
     eval_kind, reason = said["eval"]
-    assert eval_kind == "TaskDataError" and reason.startswith("data set 'emozilla/pg19-test' (name None, split "
-                                                              "'test') " + answer), reason
+    # led by the user's key, as a torn line's and a bad record's: it started "data set 'emozilla/pg19-test' ..."
+    assert eval_kind == "TaskDataError" and reason.startswith("ppl_dataset_path in --metadata: data set "
+                                                              "'emozilla/pg19-test' (name None, split 'test') "
+                                                              + answer), reason
     assert reason.endswith("(ppl_dataset_path in --metadata), that HF_ENDPOINT names the hub you mean, or read a "
                            "copy of it from local files (ppl_data_files=<path or glob> in --metadata, or ppl_source=stdlib)"), reason
 

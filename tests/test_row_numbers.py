@@ -159,6 +159,13 @@ def test_hf_text_names_a_source_cut_off_mid_run_by_the_records_it_read(hub_books
         list(corpus.hf_text("org/books", name="en", text_field="input")())
     found = re.search(r"\(name 'en', split 'train'\): reading stopped after its first (\d+) records? ", str(err.value))
     assert found and int(found.group(1)) == served["rows"] == BAD, err.value
+    from torchtune_longshort.data.source_names import SourceNames, source_names
+
+    # an evaluation's source is led by the user's key for it, as its torn line: it started "data set 'org/books'"
+    with source_names(SourceNames("data set", key="ppl_dataset_path in --metadata")):
+        with pytest.raises(DataSourceError, match="^ppl_dataset_path in --metadata: data set 'org/books' "
+                                                  r"\(name 'en', split 'train'\): reading stopped after "):
+            list(corpus.hf_text("org/books", name="en", text_field="input")())
 
 
 def test_hf_text_names_a_local_json_line_as_the_text_reader_does(tmp_path):

@@ -259,7 +259,7 @@ def hf_text(
     src = DocumentSource(lambda: filter(kept, docs()), f"hf_text({source!r}, name={name!r}, split={split!r}, "
                   f"field={text_field!r})", earlier_reading={**earlier, 3: partial(empties_before, docs)})
     if check_first:
-        check_hf_start(docs, f"{section} {source!r} split {split!r}", skip_bad_records, text_field, names,
+        check_hf_start(docs, names.led(f"{section} {source!r} split {split!r}"), skip_bad_records, text_field, names,
                        lambda e: load_failure(section, source, name, split, e, names), files)
     return src
 

@@ -38,9 +38,10 @@ def read_failure(error: Exception, read: int, files: Sequence[Any], text_field: 
         if isinstance(error, ConnectionError) or hub_answered_missing(error):  # the hub out of reach or without it
             return DataSourceError(str(load_failure(section, source, name, split, error, names)))
         return load_failure(section, source, name, split, error, names) if bad_split(error) else error
-    return DataSourceError(f"{source_split(section, source, name, split)}: reading stopped after its first "
-                           f"{counted(read, 'record')} ({type(error).__name__}: {' '.join(str(error).split())[:200]}), "
-                           "after datasets' own retries: the source (hub, network, disk) failed mid-run")
+    return DataSourceError(names.led(
+        f"{source_split(section, source, name, split)}: reading stopped after its first {counted(read, 'record')} "
+        f"({type(error).__name__}: {' '.join(str(error).split())[:200]}), after datasets' own retries: the source "
+        "(hub, network, disk) failed mid-run"))
 
 
 def builder_loggers() -> List[str]:
@@ -223,10 +224,10 @@ def load_failure(section: str, source: str, name: Optional[str], split: str, err
     if answered:  # datasets' words: 'Couldn't find any data file at <cwd>/<name>' and 'check your connection'
         token = " (a private or gated one: your token, HF_TOKEN)" if "cannot be accessed" in answered else ""
         source_setting = f" ({names('source')})" if not names.flags or "source" in names.flags else ""
-        return ValueError(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded: {hub_endpoint()} "
-                          f"answered that it has no such dataset ({answered}): check the name's spelling"
-                          f"{source_setting}{token}, that HF_ENDPOINT names the hub you mean, or read a copy of it "
-                          f"from {local}")
+        return ValueError(names.led(
+            f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded: {hub_endpoint()} answered that "
+            f"it has no such dataset ({answered}): check the name's spelling{source_setting}{token}, that HF_ENDPOINT "
+            f"names the hub you mean, or read a copy of it from {local}"))
     if isinstance(error, (ValueError, FileNotFoundError)):  # our checks
         return error
     if "scripts are no longer supported" in said:
@@ -243,8 +244,8 @@ def load_failure(section: str, source: str, name: Optional[str], split: str, err
     else:
         settings = [names(a) for a in ("source", "name", "split") if not names.flags or a in names.flags]
         hint = f"check {', '.join(settings[:-1])} and {settings[-1]}, or read {local}"
-    return ValueError(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded "
-                      f"({type(error).__name__}: {said}): {hint}")
+    return ValueError(names.led(f"{section} {source!r} (name {name!r}, split {split!r}) cannot be loaded "
+                                f"({type(error).__name__}: {said}): {hint}"))
 
 
 def hub_answered_missing(error: BaseException) -> Optional[str]:

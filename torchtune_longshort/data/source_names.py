@@ -39,6 +39,12 @@ class SourceNames:
         """How a refusal of what the source read starts: the user's key for it, else ``where``."""
         return self.key or self.where
 
+    def led(self, said: str) -> str:
+        """``said`` (a refusal that names the source by its noun: ``data set 'x' (name ..., split ...) cannot be
+        loaded``) led by the user's key where one is set (``ppl_dataset_path in --metadata: data set 'x' ...``), as
+        is; a recipe's section (no key) already starts it."""
+        return f"{self.key}: {said}" if self.key else said
+
     def __call__(self, arg: str) -> str:
         return self.flags.get(arg, f"{self.where}.{arg}")
 
