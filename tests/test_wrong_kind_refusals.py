@@ -96,3 +96,29 @@ def test_a_file_compressed_under_a_running_source_is_told_to_decompress_it_alone
     said = str(record_stop(stops.value, saved, tmp_path))
     assert f"{tmp_path / b}: a gzip-compressed file, not text: decompress it first" in said, said
     assert "skip_bad_records" not in said and "fix the file as said" in said, said
+
+
+def test_a_jsonl_of_many_torn_lines_asks_its_kind_once_and_a_compressed_copy_again(tmp_path, monkeypatch):
+    # each torn line of a .jsonl read with skipping on re-read the file's first 64 KiB (one read per bad line) to
+    # tell a copy compressed mid-run; asked once per version of the file, a gzip copy (its mtime kept) still told
+    import gzip
+    import os
+
+    from torchtune_longshort.data import text_files
+    from torchtune_longshort.data.file_kinds import not_text
+
+    asked = []  # the first bytes read to ask the file's kind
+    monkeypatch.setattr(text_files, "not_text", lambda head, enc="utf-8": asked.append(head) or not_text(head, enc))
+
+    f = tmp_path / "torn.jsonl"
+    f.write_text("".join(f'{{"text": "torn {i}\n' for i in range(40)) + json.dumps({"text": TEXTS[0]}) + "\n")
+    said = []
+    assert list(text_files.iter_documents([f], on_bad_record=said.append)) == [TEXTS[0]]
+    assert len(said) == 40 and all(": not a JSON line (" in s for s in said) and len(asked) == 1, (said[:2], asked)
+    stat = f.stat()
+    f.write_bytes(gzip.compress(f.read_bytes()))
+    os.utime(f, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # as gzip keeps it
+    said.clear()
+    assert list(text_files.iter_documents([f], on_bad_record=said.append)) == []
+    assert said and all("a gzip-compressed file, not text: decompress it first" in s for s in said), said[:2]
+    assert len(asked) == 2, len(asked)  # the new version asked once

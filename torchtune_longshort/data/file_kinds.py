@@ -118,7 +118,8 @@ def _name_parquet() -> str:
     return f"name it {' or '.join(f'*{s}' for s in parquet_suffixes())}, whose rows are read as records"
 
 
-# Each fix that names suffixes is asked of datasets (record_suffixes, parquet_suffixes) when such a file is met.
+# What a file is by its first bytes, when it is no text: (magic, what it is, what to do). Each fix that names
+# suffixes is asked of datasets (record_suffixes, parquet_suffixes) when such a file is met.
 _MAGIC = (
     (b"PAR1", MISNAMED_PARQUET[:-len(", not text")], _name_parquet),
     (b"\x1f\x8b", "a gzip-compressed file", _decompress),

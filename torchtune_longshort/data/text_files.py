@@ -27,7 +27,9 @@ training and evaluation tests pin, so the files are read here, line by line. Hub
 from __future__ import annotations
 
 import codecs
+import functools
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -112,7 +114,6 @@ def check_encoding(encoding: Any, field: str = "encoding") -> None:
                          "latin-1 or cp1252") from None
 
 
-# What a file is by its first bytes, when it is no text: (magic, what it is, what to do).
 def check_heads(files: Sequence[Path], encoding: str = "utf-8", head: int = HEAD_BYTES, text_field: str = "text",
                 setting: str = "text_field") -> None:
     """The first ``head`` bytes of each of ``files`` decode as ``encoding``; :class:`DataRecordError` in the words
@@ -318,10 +319,19 @@ def _json_line(f: Path, raw: bytes, i: int, text_field: str, setting: str, encod
 def _unparsed(f: Path, said: str, encoding: str) -> Unparsed:
     """``said`` of a JSON line no parser reads or, where ``f``'s first bytes are no text (a compressed copy put in
     its place under a running source), what the file is and its fix in the words of a run's start
-    (:func:`check_heads`): a whole file, which no skipping mends (``file_kinds.whole_file``)."""
-    with open(f, "rb") as fh:
-        what = not_text(fh.read(HEAD_BYTES), encoding)
+    (:func:`check_heads`): a whole file, which no skipping mends (``file_kinds.whole_file``). The first bytes are read
+    once per version of the file (:func:`_head_kind`), not once per bad line of a file read with skipping on."""
+    stat = os.stat(f)
+    what = _head_kind(str(f), (stat.st_ino, stat.st_size, stat.st_mtime_ns), encoding)
     return Unparsed(f"{f}: {what}" if what else said)
+
+
+@functools.lru_cache(maxsize=64)
+def _head_kind(path: str, version: Tuple[int, int, int], encoding: str) -> Optional[str]:
+    """``file_kinds.not_text`` of the first bytes of the file at ``path`` in its ``version`` (inode, size, mtime):
+    a compressed copy put in its place is a new version (gzip keeps the mtime; the inode and size differ)."""
+    with open(path, "rb") as fh:
+        return not_text(fh.read(HEAD_BYTES), encoding)
 
 
 def _json_array(f: Path, text: str, text_field: str, setting: str, on_bad_record: BadRecord) -> Iterator[str]:
