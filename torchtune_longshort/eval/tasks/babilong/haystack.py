@@ -78,13 +78,15 @@ def iter_haystack_lines(haystack: str = "stdlib", label: str = "haystack") -> It
     PG19 row whose text is no string) is skipped with a warning: the haystack is filler, no score depends on which
     record. ``label``: the name a refusal gives it (the generator's ``--haystack``).
     """
+    passes = 0
     while True:
         n = 0
-        for line in _one_pass(haystack, label):
+        for line in _one_pass(haystack, label, warn=not passes):  # a later pass skips the same records: said once
             n += 1
             yield line
         if n == 0:
             raise ValueError(f"{label}={haystack!r} has no non-empty lines")
+        passes += 1
 
 
 def short_local_haystack(haystack: str, max_chars: int) -> Optional[str]:
@@ -101,8 +103,9 @@ def short_local_haystack(haystack: str, max_chars: int) -> Optional[str]:
     return " ".join(lines)
 
 
-def _one_pass(haystack: str, label: str = "haystack") -> Iterator[str]:
-    """The non-empty, stripped lines of one pass over the haystack (see :func:`iter_haystack_lines`)."""
+def _one_pass(haystack: str, label: str = "haystack", warn: bool = True) -> Iterator[str]:
+    """The non-empty, stripped lines of one pass over the haystack (see :func:`iter_haystack_lines`); ``warn``: each
+    skipped record is warned about (not on a pass after the first)."""
     if haystack == "stdlib":
         docs: Iterable[str] = iter_stdlib_documents(include_tests=False)
     elif haystack == "pg19":
@@ -112,7 +115,7 @@ def _one_pass(haystack: str, label: str = "haystack") -> Iterator[str]:
             docs = corpus.pg19(split="test", check_first=False, skip_bad_records=True)()
     else:
         docs = iter_documents(haystack_files(haystack, label), encoding_errors="replace")
-    for doc in readable_texts(docs, "", f"{label}={haystack!r}"):  # as its refusals name it
+    for doc in readable_texts(docs, "", f"{label}={haystack!r}", warn=warn):  # as its refusals name it
         for line in doc.splitlines():
             line = line.strip()
             if line:

@@ -39,8 +39,9 @@ HF_PRESETS: Dict[str, tuple] = {
 SOURCES = (*STDLIB_SOURCES, "local", "hf", *HF_PRESETS)
 
 
-def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> Iterator[str]:
-    """The texts of ``documents`` (a source's iteration), without the records it skipped (each logged as a warning);
+def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "", warn: bool = True) -> Iterator[str]:
+    """The texts of ``documents`` (a source's iteration), without the records it skipped (each logged as a warning,
+    unless not ``warn``: a corpus read again, whose same records were said on its first pass);
     a record it could not read, unskipped, as :class:`TaskDataError` ending in ``skip_hint`` (how to skip; not where
     no skipping passes: the source itself failed, :class:`DataSourceError`, or ``datasets``' parser stopped at a file,
     ``skippable`` false; nor where it would drop a whole file of another kind: ``file_kinds.whole_file``)."""
@@ -49,8 +50,9 @@ def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "") -> 
         for text in documents:
             if isinstance(text, SkippedRecord):
                 skipped += 1
-                logger.warning("%sskipped an unreadable record (%d so far): %s", f"{what}: " if what else "",
-                               skipped, text.message)
+                if warn:
+                        logger.warning("%sskipped an unreadable record (%d so far): %s", f"{what}: " if what else "",
+                                   skipped, text.message)
                 continue
             yield text
     except DataRecordError as e:
