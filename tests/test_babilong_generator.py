@@ -270,4 +270,5 @@ def test_a_skipped_haystack_record_is_warned_about_naming_the_flag(monkeypatch, 
         lines = haystack.iter_haystack_lines("pg19", label="--haystack")
         assert [next(lines) for _ in range(3)] == ["a line"] * 3  # the skipped record gives no line
     said = [r.getMessage() for r in caplog.records if "skipped an unreadable record" in r.getMessage()]
-    assert len(said) == 1 and said[0].startswith("--haystack='pg19': skipped an unreadable record (1 so far): record 1: x"), said
+    assert len(said) == 1 and said[0].startswith(
+        "--haystack='pg19': skipped an unreadable record (1 so far): record 1: x"), said
