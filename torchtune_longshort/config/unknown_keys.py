@@ -127,6 +127,18 @@ def hint(key: str, known: Iterable[str], where: str = "", elsewhere: Optional[Ma
 STUDY_MARKER_KEY = "not_a_torchtune_config"
 
 
+def refuse_study_config(top_level_keys: Iterable[str]) -> None:
+    """Raise :class:`ConfigKeyError` naming the study's command when ``top_level_keys`` hold the study marker: asked
+    before a recipe config's ``${...}`` are resolved, as a study's ``recipe_overrides`` name keys of the recipe config
+    it merges into (``${tokenizer.path}``), which the study file alone lacks."""
+    if STUDY_MARKER_KEY in list(top_level_keys):
+        raise ConfigKeyError(
+            f"this is a study config (its top-level {STUDY_MARKER_KEY} node), not a recipe config: run it with "
+            "`python -m torchtune_longshort.study --config <file>` (a Table-1 config: "
+            "`python -m torchtune_longshort.study.table1 --config <file>`)"
+        )
+
+
 def refuse_unknown(keys: Iterable[str], known: Iterable[str], where: str = "",
                    elsewhere: Optional[Mapping[str, str]] = None) -> None:
     """Raise :class:`ConfigKeyError` listing each of ``keys`` with its hint, and what the section reads (a study
@@ -135,12 +147,8 @@ def refuse_unknown(keys: Iterable[str], known: Iterable[str], where: str = "",
     keys, known = list(keys), sorted(str(k) for k in known)
     if not keys:
         return
-    if not where and STUDY_MARKER_KEY in keys:
-        raise ConfigKeyError(
-            f"this is a study config (its top-level {STUDY_MARKER_KEY} node), not a recipe config: run it with "
-            "`python -m torchtune_longshort.study --config <file>` (a Table-1 config: "
-            "`python -m torchtune_longshort.study.table1 --config <file>`)"
-        )
+    if not where:
+        refuse_study_config(keys)
     section = f"in {where}" if where else "at the top level"
     # torchtune's own keys are known, and answered: not "unknown" (tensor_parallel_dim=2 was, then explained)
     theirs = [k for k in keys if not where and str(k) in TORCHTUNE_NAMES]

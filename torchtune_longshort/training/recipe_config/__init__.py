@@ -30,8 +30,8 @@ from torchtune_longshort.training.recipe_config.tokenizer_check import check_tok
 from torchtune_longshort.training.recipe_config.model_match import (check_tokenizer_vocab, check_window_bos,
                                                                     declared_vocab)
 from torchtune_longshort.training.recipe_config.rules import check_built_model, check_rules
-from torchtune_longshort.config.unknown_keys import (ConfigKeyError, plus_keys, plus_message, refuse_unknown,
-                                                    torchtune_keys_as_here)
+from torchtune_longshort.config.unknown_keys import (ConfigKeyError, plus_keys, plus_message, refuse_study_config,
+                                                    refuse_unknown, torchtune_keys_as_here)
 
 
 def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> RecipeConfig:
@@ -42,6 +42,8 @@ def load_recipe_config(cfg: Any, world_size: int = 1, local: bool = True) -> Rec
 
     Raises ``ConfigKeyError`` (a ``KeyError``) for unknown or missing keys, ``ValueError`` /
     ``FileNotFoundError`` / ``FileExistsError`` naming the field for values, before any side effect."""
+    # a study file first: its recipe_overrides' ${tokenizer.path} names the recipe config's key, not its own
+    refuse_study_config(cfg.keys() if hasattr(cfg, "keys") else ())
     node = resolved_container(resolved_config(cfg))  # a ${...} naming a key the config lacks: refused naming both
     _refuse_plus_keys(node, local)
     # torchtune's keys at values that ask for what this recipe does (resume_from_checkpoint: False): nothing to read
