@@ -20,6 +20,7 @@ import torch
 from recipe_config import make_cfg
 
 from torchtune_longshort.models import checkpoint_tokenizer
+from torchtune_longshort.training.recipe_config.validate import check_config_argument
 from torchtune_longshort.training.recipe_config.validate import main as validate_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -268,6 +269,9 @@ def test_a_study_config_given_to_the_recipe_is_named_as_one(capsys, name):
     assert caught.value.code == 2 and len(err.splitlines()) == 1, err
     assert "this is a study config" in err and "python -m torchtune_longshort.study --config <file>" in err, err
     assert "unknown config key" not in err, err
+    with pytest.raises(KeyError) as recipe:  # tune run's check of --config, before torchtune's parser reads it
+        check_config_argument(["--config", name])
+    assert "this is a study config" in str(recipe.value), str(recipe.value)
 
 
 def test_the_step_metrics_carry_the_names_torchtunes_recipes_log(tmp_path):

@@ -31,7 +31,7 @@ with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while 
     from torchtune_longshort.configs_cli import CP_MODULE, MAIN_CONFIG, list_command, nearest_shipped, resolve_config
     from torchtune_longshort.launcher import launched_world_size
     from torchtune_longshort.devices import cpu_oversubscribed
-    from torchtune_longshort.config.unknown_keys import torchtune_keys_as_here
+    from torchtune_longshort.config.unknown_keys import refuse_study_config, torchtune_keys_as_here
     from torchtune_longshort.training.recipe_config import load_recipe_config, resolved_container
     from torchtune_longshort.training.recipe_config.paths import interpolation_refusal
     from torchtune_longshort.training.resume import resume_changes
@@ -89,7 +89,9 @@ def check_config_argument(argv: Sequence[str]) -> List[str]:
                 path = resolve_config(known.config, Path.cwd(), "--config")
                 named = {known.config: str(path), f"--config={known.config}": f"--config={path}"}
                 argv = [named.get(a, a) for a in argv]
-        resolved_container(merge_overrides(read_config_file(path), overrides))  # its ${...} name keys it has
+        node = merge_overrides(read_config_file(path), overrides)
+        refuse_study_config(node.keys())  # before its ${...}: a study's name keys of the recipe config it merges into
+        resolved_container(node)  # its ${...} name keys it has
     return argv
 
 
