@@ -7,6 +7,8 @@ a killed save's folder (``.staging/step_3/notes.txt``) is refused by name too, w
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from run_folders import commit_step, recipe_made, stat_tree
 
@@ -46,20 +48,25 @@ def test_a_users_file_in_a_killed_saves_folder_is_refused_by_name_and_never_clea
     (staged / "model-00001-of-00002.safetensors").write_bytes(b"torn")
     (staged / mine).parent.mkdir(parents=True, exist_ok=True)
     (staged / mine).write_text("mine")
-    before = stat_tree(run)
-    with pytest.raises(FileExistsError, match=rf"it holds '\.staging/{folder}/{mine}', which this recipe did not "):
-        check_output_dir(run, resume=False, overwrite=True)
-    with pytest.raises(FileExistsError, match=rf"resume=True would clear \.staging of .*'\.staging/{folder}/{mine}'"):
-        check_output_dir(run, resume=True, overwrite=False)
-    StepCheckpoints(run).clean_staging()  # as a save does, and a start
-    discard_scratch_start(StepCheckpoints(run))
-    assert stat_tree(run) == before
+    refused_and_kept(run, f"{folder}/{mine}")
     (staged / mine).unlink()
     if "/" in mine:
         (staged / mine).parent.rmdir()
     check_output_dir(run, resume=False, overwrite=True)
     StepCheckpoints(run).clean_staging()
     assert not (run / ".staging").exists() and StepCheckpoints(run).steps() == [2]
+
+
+def refused_and_kept(run, rel):
+    """Overwrite and resume refuse ``.staging/<rel>`` by name, and a save's or a start's clean-up moves nothing."""
+    before = stat_tree(run)
+    with pytest.raises(FileExistsError, match=rf"it holds '\.staging/{re.escape(rel)}', which this recipe did not "):
+        check_output_dir(run, resume=False, overwrite=True)
+    with pytest.raises(FileExistsError, match=rf"resume=True would clear \.staging of .*'\.staging/{re.escape(rel)}'"):
+        check_output_dir(run, resume=True, overwrite=False)
+    StepCheckpoints(run).clean_staging()  # as a save does, and a start
+    discard_scratch_start(StepCheckpoints(run))
+    assert stat_tree(run) == before
 
 
 def test_what_a_save_killed_at_any_point_leaves_is_still_the_recipes(tmp_path, tiny_llama2_dir):
@@ -112,13 +119,7 @@ def test_a_users_file_in_a_step_set_aside_by_a_killed_replace_is_refused_by_name
         for q in sorted(old.rglob("*"), reverse=True):
             q.rmdir() if q.is_dir() else q.unlink()
     (old / "eval.json").write_text("mine")
-    before = stat_tree(run)
-    with pytest.raises(FileExistsError, match=r"holds '\.staging/old_step_4/eval\.json', which this recipe did not"):
-        check_output_dir(run, resume=False, overwrite=True)
-    with pytest.raises(FileExistsError, match=r"resume=True would clear \.staging of .*'\.staging/old_step_4/eval"):
-        check_output_dir(run, resume=True, overwrite=False)
-    StepCheckpoints(run).clean_staging()  # as a save does, and a start
-    assert stat_tree(run) == before
+    refused_and_kept(run, "old_step_4/eval.json")
     (old / "eval.json").unlink()
     check_output_dir(run, resume=True, overwrite=False)
     StepCheckpoints(run).clean_staging()
