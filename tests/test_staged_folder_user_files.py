@@ -157,3 +157,25 @@ def test_a_link_in_staging_is_a_users(tmp_path):
     (staging / "step_7.started").symlink_to(tmp_path / "mine")
     assert [foreign_in(staging / name) for name in ("step_3", "step_5.pt", "step_7")] == [
         ["step_3/a.txt", "step_3/config.json"], ["step_5.pt"], ["step_7"]]
+
+
+@pytest.mark.parametrize("escape", ["linked_folder", "dot_dot", "absolute"])
+def test_a_replace_deletes_nothing_its_old_steps_list_names_outside_it(tmp_path, tiny_llama2_dir, escape):
+    """The list (``.longshort_files``) is a file in the user's folder: a name in it that leads out of the old step
+    (through ``adapter/`` the user moved away and linked back, ``..``, an absolute path) deleted the user's file
+    there when a resumed run saved that step again; it stays, and the link is named as kept aside."""
+    import json
+    import shutil
+
+    run = recipe_made(tmp_path / "run")
+    commit_step(run, 2, tiny_llama2_dir)
+    step = commit_step(run, 4, tiny_llama2_dir)
+    mine = tmp_path / "mine"
+    shutil.move(str(step / "adapter"), str(mine))
+    if escape == "linked_folder":
+        (step / "adapter").symlink_to(mine, target_is_directory=True)
+    else:  # its list's names lead out of .staging/old_step_4 (the folder it is read in)
+        out = "../../../mine/adapter_config.json" if escape == "dot_dot" else str(mine / "adapter_config.json")
+        (step / MANIFEST).write_text(json.dumps(json.loads((step / MANIFEST).read_text()) + [out]))
+    commit_step(run, 4, tiny_llama2_dir)
+    assert (mine / "adapter_config.json").read_text() == "{}" and StepCheckpoints(run).steps() == [2, 4]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import List, Optional, Union
 
 from torchtune_longshort.models.hf_checkpoint import CONFIG_FILE, INDEX_FILE
@@ -103,9 +103,16 @@ def unlisted(folder: Path, listed: Optional[List[str]]) -> List[str]:
 def remove_listed(folder: Path) -> None:
     """Delete what ``folder``'s :data:`MANIFEST` lists, the list last, then the folders left empty: a file it does not
     list (a user's evaluation written beside the weights) stays, and a kill part-way leaves the list while a file it
-    names is there, so what stays unlisted is never the recipe's (:func:`foreign_in`)."""
+    names is there, so what stays unlisted is never the recipe's (:func:`foreign_in`). A name that leads out of
+    ``folder`` (``..``, an absolute path, a folder in it the user replaced by a link) or at a folder is not deleted:
+    the list is a file in the user's folder."""
+    top = folder.resolve()
     for rel in read_names(folder / MANIFEST) or ():
-        (folder / rel).unlink(missing_ok=True)
+        q = folder / rel
+        inside = not PurePosixPath(rel).is_absolute() and ".." not in PurePosixPath(rel).parts
+        if inside and (q.parent.resolve() == top or top in q.parent.resolve().parents) and (
+                q.is_symlink() or not q.is_dir()):
+            q.unlink(missing_ok=True)
     (folder / MANIFEST).unlink(missing_ok=True)
     for q in sorted((q for q in folder.rglob("*") if q.is_dir() and not q.is_symlink()), reverse=True):
         if not any(q.iterdir()):
