@@ -109,7 +109,7 @@ def test_a_hub_haystack_names_the_key_the_user_set(corp, monkeypatch, read, key)
 
 
 @pytest.mark.parametrize("section, by", [("dataset", "file"), ("validation.dataset", "file"), ("dataset", "folder"),
-                                         ("validation.dataset", "glob")])
+                                         ("validation.dataset", "glob"), ("dataset", "split_folder")])
 def test_a_torchtune_builder_names_the_section_s_key_and_a_way_that_reads_the_file(corp, section, by):
     # it said "(skip_bad_records does not reach it) ... local_text (path: them), which ... skip_bad_records: True":
     # no section, and keys the builder's node does not take (source, data_files, column stay and are refused)
@@ -129,7 +129,11 @@ def test_a_torchtune_builder_names_the_section_s_key_and_a_way_that_reads_the_fi
     (corp / "a.jsonl").rename(books / "a.jsonl")
     args = {"source": "json", "data_files": str(books / "a.jsonl"), "column": "text", "split": "train"}
     texts = [(f"book {i} " * 8) for i in range(3)]
-    if by != "file":  # it named every file of the folder or glob: dataset.path=[.../a.jsonl,.../b.jsonl,...]
+    if by == "split_folder":  # datasets reads train.jsonl alone for split 'train': the way read test.jsonl too
+        (books / "a.jsonl").rename(books / "train.jsonl")
+        (books / "test.jsonl").write_text(json.dumps({"text": "held out " * 8}) + "\n")
+        args = {"source": str(books), "column": "text", "split": "train"}
+    elif by != "file":  # it named every file of the folder or glob: dataset.path=[.../a.jsonl,.../b.jsonl,...]
         texts.append("book 3 " * 8)
         (books / "b.jsonl").write_text(json.dumps({"text": texts[-1]}) + "\n")
         args = ({"source": str(books), "column": "text", "split": "train"} if by == "folder" else
@@ -140,7 +144,8 @@ def test_a_torchtune_builder_names_the_section_s_key_and_a_way_that_reads_the_fi
     assert _not_reached(said) == f"{section}.skip_bad_records", said
     assert "the builder hands the whole file to that parser, which skips nothing" in said, said
     way = shlex.split(said.split("or read the same files with ")[1])  # as the shell hands it to tune run
-    named = {"file": books / "a.jsonl", "folder": books, "glob": books / "*.jsonl"}[by]
+    named = {"file": books / "a.jsonl", "folder": books, "glob": books / "*.jsonl",
+             "split_folder": books / "train.jsonl"}[by]
     assert f"{section}.path={named}" in way, way
     yaml = OmegaConf.create({})
     OmegaConf.update(yaml, section, {"_component_": "torchtune.datasets.text_completion_dataset", **args},

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.config.glob_match import glob_files
-from torchtune_longshort.data.file_paths import resolve_files, skipped_links
+from torchtune_longshort.data.file_paths import in_split, resolve_files, skipped_links
 from torchtune_longshort.data.file_kinds import (
     data_file_suffixes, JSON_SUFFIX, holds_json_lines, json_lines_file, line_of, parquet_file, row_of,
 )
@@ -35,14 +35,15 @@ def named_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Path]]:
     a named file or folder that does not exist is refused with its field (``dataset.data_files``). Hub names name no
     file, nor does a hub source's ``data_dir`` (:func:`hub_source`: a folder inside the repository). Of a local folder
     ``source``, as ``datasets`` reads it: its ``data_files`` alone where given (the folder's other files are not
-    read), else the files of ``source/data_dir`` (``data_dir`` inside the folder)."""
+    read), else the files of ``source/data_dir`` (``data_dir`` inside the folder) that its ``split`` reads."""
     out = named_data_files(args, where)
     folder = source_folder(args.get("source"), args.get("data_dir"))
     if folder is not None:  # datasets reads the data_files alone (inside it), else the files of source/data_dir
         if not args.get("data_files"):
             key = "data_dir" if args.get("data_dir") else "source"
             value = args["source"] if key == "source" else os.path.join(args["source"], args["data_dir"])
-            out += [(f"{where}.{key}", f) for f in resolve_files(value, data_file_suffixes(), f"{where}.{key}")]
+            files = in_split(resolve_files(value, data_file_suffixes(), f"{where}.{key}"), folder, args.get("split"))
+            out += [(f"{where}.{key}", f) for f in files]
         return out
     for key in ("data_dir", "source"):
         value = args.get(key)
@@ -97,9 +98,8 @@ def named_data_files(args: Mapping[str, Any], where: str) -> List[Tuple[str, Pat
 
 def source_folder(source: Any, data_dir: Any = None) -> Optional[Path]:
     """The folder ``datasets`` reads a relative ``data_files`` entry in when ``source`` is a local folder (not a
-    packaged builder's name, ``json``, ``text``...): ``source/data_dir``, resolved as its local-folder loader
-    resolves it; None for any other source (a hub name, a builder: relative entries are read from the current
-    directory)."""
+    packaged builder's name, ``json``, ``text``...): ``source/data_dir``, resolved as its local-folder loader does;
+    None for any other source (a hub name, a builder: relative entries are read from the current directory)."""
     if not isinstance(source, str) or not Path(source).expanduser().is_dir() or is_saved_dataset(source):
         return None
     from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES  # deferred: datasets (heavy import)

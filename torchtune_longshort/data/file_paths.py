@@ -70,6 +70,23 @@ def resolve_files(entries: Union[str, Path, Sequence[Union[str, Path]]], suffixe
     return files
 
 
+def in_split(files: List[Path], folder: Path, split: Any) -> List[Path]:
+    """Of ``files`` (a local folder source's, :func:`resolve_files`), those ``datasets`` reads as ``split``
+    (``train``, ``train[:10%]``, ``train+test``) where the names in ``folder`` tell splits apart (``train.jsonl``
+    beside ``test.jsonl``, as ``datasets.data_files.get_data_patterns`` infers them); all of them otherwise."""
+    from datasets.data_files import DataFilesDict, get_data_patterns  # deferred: datasets (heavy import)
+
+    try:
+        found = DataFilesDict.from_patterns(get_data_patterns(str(folder)), base_path=str(folder))
+    except (OSError, ValueError):  # no file datasets reads (EmptyDatasetError): the load says it in its words
+        return files
+    names = [str(s).split("[")[0].strip() for s in str(split or "train").split("+")]
+    if set(found) == {"train"} or not all(n in found for n in names):  # no split in the names, or none that is
+        return files
+    read = {Path(f).resolve() for n in names for f in found[n]}
+    return [f for f in files if f.resolve() in read]
+
+
 def _holds(folder: Path, suffixes: Sequence[str]) -> bool:
     """Whether ``folder`` (a link to one, entered) holds a file ending in one of ``suffixes``, not hidden, as a
     folder path reads it (links below it not entered); the walk stops at the first."""
