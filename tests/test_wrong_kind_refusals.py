@@ -122,3 +122,6 @@ def test_a_jsonl_of_many_torn_lines_asks_its_kind_once_and_a_compressed_copy_aga
     assert list(text_files.iter_documents([f], on_bad_record=said.append)) == []
     assert said and all("a gzip-compressed file, not text: decompress it first" in s for s in said), said[:2]
     assert len(asked) == 2, len(asked)  # the new version asked once
+    # a file gone since its bad line was read (a source changed under the run): the line's own fault, no traceback
+    gone = tmp_path / "gone.jsonl"
+    assert text_files._unparsed(gone, f"{gone}:1: not a JSON line", "utf-8") == f"{gone}:1: not a JSON line"

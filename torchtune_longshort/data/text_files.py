@@ -321,8 +321,11 @@ def _unparsed(f: Path, said: str, encoding: str) -> Unparsed:
     its place under a running source), what the file is and its fix in the words of a run's start
     (:func:`check_heads`): a whole file, which no skipping mends (``file_kinds.whole_file``). The first bytes are read
     once per version of the file (:func:`_head_kind`), not once per bad line of a file read with skipping on."""
-    stat = os.stat(f)
-    what = _head_kind(str(f), (stat.st_ino, stat.st_size, stat.st_mtime_ns), encoding)
+    try:
+        stat = os.stat(f)
+        what = _head_kind(str(f), (stat.st_ino, stat.st_size, stat.st_mtime_ns), encoding)
+    except OSError:  # gone or unreadable since its line was read: the line's own fault is what is known
+        what = None
     return Unparsed(f"{f}: {what}" if what else said)
 
 
