@@ -51,7 +51,7 @@ def readable_texts(documents: Iterable[Any], skip_hint: str, what: str = "", war
             if isinstance(text, SkippedRecord):
                 skipped += 1
                 if warn:
-                        logger.warning("%sskipped an unreadable record (%d so far): %s", f"{what}: " if what else "",
+                    logger.warning("%sskipped an unreadable record (%d so far): %s", f"{what}: " if what else "",
                                    skipped, text.message)
                 continue
             yield text
