@@ -304,8 +304,8 @@ class StepCheckpoints:
             os.rename(final, old)
             os.rename(staged, final)
             remove_listed(old)
-            if os.path.lexists(old):  # said now, not only at the next start: the run goes on and saves its step
-                kept = [f"{STAGING}/{name}" for name in foreign_in(old)]
+            kept = [f"{STAGING}/{name}" for name in foreign_in(old)] if os.path.lexists(old) else []
+            if kept:  # said now, not only at the next start: the run goes on and saves its step
                 print(f"step_{step} was saved again over the one in output_dir={str(self.root)!r}; what the recipe "
                       f"did not write there is kept aside: {', '.join(kept)}: move it out (overwrite_output_dir and "
                       f"resume refuse this folder until then)", file=sys.stderr)
