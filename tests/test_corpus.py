@@ -200,6 +200,20 @@ def test_a_bad_local_record_at_the_start_says_how_to_go_on(tmp_path):
                                          r"or skip such records with dataset.skip_bad_records=True"):
         local_text(str(data))
     assert len(list(local_text(str(data), skip_bad_records=True)())) == 2  # the skipped one keeps its place
+    # bytes that do not decode name the reader's encoding, where the user can set it: a command line without an
+    # encoding option is told only to mend or skip (not a "--data.encoding" it does not have)
+    from torchtune_longshort.data.source_names import SourceNames, source_names
+
+    data.write_bytes(b'{"text": "caf\xe9"}\n')
+    said = ": bytes that are not utf-8 (invalid continuation byte at byte 13): mend the record, "
+    with pytest.raises(ValueError) as config:
+        local_text(str(data))
+    assert str(config.value) == f"{data}:1{said}name the files' encoding (dataset.encoding: latin-1, cp1252, ...), " \
+                                "or skip such records with dataset.skip_bad_records=True", str(config.value)
+    with source_names(SourceNames("--data", {"path": "--data", "skip_bad_records": "--skip-bad-records"})):
+        with pytest.raises(ValueError) as flags:
+            local_text(str(data))
+    assert str(flags.value) == f"{data}:1{said}or skip such records with --skip-bad-records", str(flags.value)
 
 
 @pytest.mark.parametrize("where", ["dataset", "validation.dataset"])

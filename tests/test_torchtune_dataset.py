@@ -180,6 +180,13 @@ def test_a_bad_chat_row_is_named_by_its_own_line_not_as_a_missing_text_column(tm
             "conversation_style": "openai", "split": "train", "train_on_input": True}
     ds = chat_dataset(checkpoint_tokenizer(str(sp_tokenizer_dir)), **args)
     assert text_column_of(chat_dataset) is None and text_column_of(text_completion_dataset) == "text"
+    # a ``column`` with no text default names no column (not inspect's "empty" marker, not a list of columns)
+    assert text_column_of(lambda tokenizer, column: 0) is None
+    assert text_column_of(lambda tokenizer, column=("a", "b"): 0) is None
+    from torchtune_longshort.data.torchtune_datasets import takes_tokenizer
+
+    # a torchtune builder takes the tokenizer first; one that takes it later is called as any other component
+    assert takes_tokenizer(chat_dataset) and not takes_tokenizer(lambda source, tokenizer: 0)
     docs = torchtune_documents(ds, name="chat_dataset", args=args, column=text_column_of(chat_dataset))
     want = r"chat.jsonl:3 \(ValueError building the sample: Messages must be at least length 2"
     with pytest.raises(DataRecordError, match=want) as e:
