@@ -89,6 +89,34 @@ def test_a_resumed_torchtune_dataset_starts_at_its_position_without_rebuilding_t
     assert [i for i in built if 0 < i < position] == []  # record 0: the source's first-record check
 
 
+def test_a_builder_s_own_fault_and_log_lines_pass_through_the_build(caplog):
+    """Only ``datasets``' failures are explained as a file that cannot be loaded: a builder's own error is raised as
+    it is, and the lines ``datasets``' builders log while a build goes well are handed on once it ends."""
+    import logging
+
+    from torchtune_longshort.data.hf_loading import builder_loggers
+    from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset
+
+    logger = builder_loggers()[0]
+
+    def builder(tokenizer, source):
+        logging.getLogger(logger).warning("kept: %s", source)
+        if source == "boom":
+            raise RuntimeError("the builder's own fault")
+        return [source]
+
+    logging.getLogger(logger).addHandler(caplog.handler)  # datasets' loggers may not reach the root one
+    try:
+        with caplog.at_level(logging.WARNING, logger=logger):
+            assert build_torchtune_dataset(builder, None, {"source": "x"}) == ["x"]
+            with pytest.raises(RuntimeError, match="^the builder's own fault$"):
+                build_torchtune_dataset(builder, None, {"source": "boom"})
+    finally:
+        logging.getLogger(logger).removeHandler(caplog.handler)
+    said = [r.getMessage() for r in caplog.records if r.name == logger]
+    assert list(dict.fromkeys(said)) == ["kept: x", "kept: boom"], said  # once each, by the logger or the root
+
+
 def test_a_map_style_source_restored_past_its_end_is_refused_naming_the_counts():
     from torchtune_longshort.data.document_source import DocumentSource
     from torchtune_longshort.data.dual_window import PackedTokenStream
@@ -213,3 +241,13 @@ def test_a_text_that_is_a_list_is_named_as_no_string_not_as_giving_no_token_ids(
     with pytest.raises(DataRecordError, match=rf"list.jsonl:2: field 'text' holds {held} ") as e:
         list(docs())
     assert "no token ids" not in str(e.value)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_torchtune_source_whose_first_records_all_fail_is_refused_at_build(skip):
+    """Checked before a run starts (not at its first step): a source of bad records only, skipped or not."""
+    from torchtune_longshort.data.text_files import DataRecordError
+    from torchtune_longshort.data.torchtune_datasets import torchtune_documents
+
+    with pytest.raises(DataRecordError, match="none of its first 3 records can be read" if skip else "no token ids"):
+        torchtune_documents([{"tokens": []}] * 3, name="empty_rows", skip_bad_records=skip)
