@@ -125,3 +125,18 @@ def test_a_jsonl_of_many_torn_lines_asks_its_kind_once_and_a_compressed_copy_aga
     # a file gone since its bad line was read (a source changed under the run): the line's own fault, no traceback
     gone = tmp_path / "gone.jsonl"
     assert text_files._unparsed(gone, f"{gone}:1: not a JSON line", "utf-8") == f"{gone}:1: not a JSON line"
+
+
+@pytest.mark.parametrize("saved", ["/out/step_3", None])
+def test_a_stop_keeps_its_kind_and_says_only_the_way_on_that_helps(saved):
+    """A source out of reach stays a DataSourceError (wait for it, then go on), and a record ``datasets``' parser
+    stops at is told skipping cannot reach it (it was told to skip it, which does nothing)."""
+    from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
+    from torchtune_longshort.training.bad_record import record_stop
+
+    gone = record_stop(DataSourceError("hub: reading stopped"), saved, "/out")
+    assert type(gone) is DataSourceError and "once the source can be read again" in str(gone), str(gone)
+    torn = DataRecordError("a.jsonl:3: not a JSON line")
+    torn.skippable = False
+    said = str(record_stop(torn, saved, "/out"))
+    assert "(datasets' parser stops at it: dataset.skip_bad_records cannot skip it)" in said, said
