@@ -140,11 +140,17 @@ def test_python_callers_bad_arguments_are_refused_naming_them_before_any_forward
         run(sequences=[torch.rand(40)])
     with pytest.raises(ValueError, match=r"^divergences=\[\] names none"):
         run(divergences=[])
-    with pytest.raises(ValueError, match=r"^seed='a' must be an int"):
-        run(seed="a")
+    for bad in ("a", True):  # a bool is no seed (True read as 1)
+        with pytest.raises(ValueError, match=rf"^seed={bad!r} must be an int"):
+            run(seed=bad)
     for bad in (2**64, -2**63 - 1):  # torch.Generator.manual_seed's own range, past which it overflowed
         with pytest.raises(ValueError, match=rf"^seed={bad} is out of range: give an integer in \[-2\*\*63, 2\*\*64\)"):
             run(seed=bad)
+    from torchtune_longshort.metrics.misalignment import check_seed
+
+    for edge in (-2**63, 2**63, 2**64 - 1):  # the range's own ends, which torch takes
+        torch.Generator().manual_seed(edge)
+        check_seed(edge, "seed")
     with pytest.raises(ValueError, match=r"^device='tpu': not a device name"):
         run(device="tpu")
     one = run(divergences="sce")

@@ -37,6 +37,7 @@ def test_a_path_option_given_with_equals_is_expanded(monkeypatch, tmp_path):
     parser = refusals.ArgumentParser(prog="p")
     parser.add_argument("--out", type=refusals.user_path)
     assert parser.parse_args(["--out=~/runs"]).out == str(tmp_path / "runs")
+    assert parser.parse_args(["--out", " a b "]).out == " a b "  # a name's own spaces are kept
 
 
 @pytest.mark.parametrize("errors", ["strict", "surrogateescape"])
