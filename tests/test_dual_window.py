@@ -301,6 +301,8 @@ def test_shuffle_of_a_source_already_in_its_own_seeded_order_names_the_two_order
         PackedTokenStream(source, tokenize=lambda t: [1, 2], shuffle_seed="3")
     with pytest.raises(ValueError, match=r"^seed='x' must be an int$"):  # a RuntimeError in torch's manual_seed
         DualWindowBatcher(PackedTokenStream(lambda: iter([[1, 2]])), L=8, seed="x")
+    with pytest.raises(ValueError, match=r"^seed=18446744073709551616 is out of range"):  # torch: "Overflow when
+        DualWindowBatcher(PackedTokenStream(lambda: iter([[1, 2]])), L=8, seed=2**64)  # unpacking long long"
 
 
 def test_the_setup_log_says_what_data_the_run_reads(tmp_path):

@@ -231,3 +231,13 @@ def resolve_component(path: str, dotted: Any) -> Any:
         raise ValueError(f"{path}={dotted!r} names a {type(target).__name__}, not a class or function: name the one "
                          f"that builds {node}, as {dotted}.<name>")
     return target
+
+
+def check_seed(seed: Any, name: str) -> None:
+    """``seed`` as ``torch.Generator.manual_seed`` takes it (an int in [-2**63, 2**64)), else ``ValueError`` naming
+    ``name``: past that range torch said only "Overflow when unpacking long long", after the model had loaded."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"{name}={seed!r} must be an int")
+    if not -2**63 <= seed < 2**64:
+        raise ValueError(f"{name}={seed} is out of range: give an integer in [-2**63, 2**64) (torch.Generator's "
+                         "seeds), e.g. 0")

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import torch
 
+from torchtune_longshort.config.values import check_seed
 from torchtune_longshort.data.resume_reading import DATA_READING, check_resumable
 from torchtune_longshort.data.shuffled import Shuffled
 from torchtune_longshort.data.text_files import SkippedRecord
@@ -66,7 +67,7 @@ class PackedTokenStream:
         if not callable(documents):
             raise TypeError("documents must be a callable returning a fresh iterator over documents")
         if shuffle_seed is not None:
-            _check_seed("shuffle_seed", shuffle_seed)
+            check_seed(shuffle_seed, "shuffle_seed")
             check_random_access(documents)
         self.shuffle_seed = shuffle_seed
         self._documents = documents
@@ -220,12 +221,6 @@ class PackedTokenStream:
         return out
 
 
-def _check_seed(name: str, seed: Any) -> None:
-    """A seed is an int (a string failed inside torch's ``manual_seed`` when the first batch was drawn)."""
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"{name}={seed!r} must be an int")
-
-
 def check_random_access(documents: Any) -> None:
     """Refuse (``ValueError``, one line naming ``shuffle`` and the way on) a documents source that ``shuffle``
     cannot read in a permuted order: one read as a stream, without ``count`` and ``in_order``."""
@@ -287,7 +282,7 @@ class DualWindowBatcher:
         self.e_lo, self.e_hi = resolve_e_range(e_range, L)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
-        _check_seed("seed", seed)
+        check_seed(seed, "seed")
         if not (isinstance(world_size, int) and world_size >= 1 and 0 <= rank < world_size):
             raise ValueError(f"rank={rank}, world_size={world_size}: need 0 <= rank < world_size")
         self.stream = stream

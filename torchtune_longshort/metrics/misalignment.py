@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 
 import torch
 
+from torchtune_longshort.config.values import check_seed
 from torchtune_longshort.devices import require_device
 from torchtune_longshort.hidden_states import decoder_of, last_position_logits
 from torchtune_longshort.intervals import t_half_width
@@ -196,16 +197,6 @@ def _checked_sequence(seq: Any, index: int, max_len: int, vocab: Optional[int]) 
         raise ValueError(f"sequence {index} holds token ids in [{int(used.min())}, {int(used.max())}], "
                          f"outside the model's vocabulary [0, {vocab}): tokenize with the model's own tokenizer")
     return used
-
-
-def check_seed(seed, name: str) -> None:
-    """``seed`` as ``torch.Generator.manual_seed`` takes it (an int in [-2**63, 2**64)), else ``ValueError`` naming
-    ``name``: past that range torch said only "Overflow when unpacking long long", after the model had loaded."""
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"{name}={seed!r} must be an int")
-    if not -2**63 <= seed < 2**64:
-        raise ValueError(f"{name}={seed} is out of range: give an integer in [-2**63, 2**64) (torch.Generator's "
-                         "seeds), e.g. 0")
 
 
 @torch.no_grad()
