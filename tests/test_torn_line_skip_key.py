@@ -165,3 +165,17 @@ def test_a_torchtune_builder_names_the_section_s_key_and_a_way_that_reads_the_fi
                                        f"at it ({section}.skip_bad_records does not reach it: the builder hands the "
                                        "whole file to that parser, which skips nothing): mend the file"), \
         str(refused.value)
+
+
+def test_a_builder_s_way_on_is_none_for_another_layout_and_never_removes_the_skip_key(tmp_path):
+    """No local_text way for a builder with no text column (chat_dataset's messages: local_text reads a text field),
+    and the way on sets dataset.skip_bad_records=True without also removing it (~dataset.skip_bad_records)."""
+    from torchtune_longshort.data.torchtune_datasets import _skipping_reader
+
+    f = tmp_path / "a.jsonl"
+    f.write_text('{"text": "x"}\n')
+    args = {"source": "json", "data_files": str(f), "split": "train", "skip_bad_records": False}
+    assert _skipping_reader([("train", f)], args, None, "dataset") is None
+    way = _skipping_reader([("train", f)], args, "text", "dataset")
+    assert way.endswith("dataset.skip_bad_records=True ~dataset.source ~dataset.data_files ~dataset.split"), way
+
