@@ -79,9 +79,10 @@ def _warm_start(_hygiene, tmp_path_factory):
     transformers and lm-eval imported once (``tests/warm/zygote.py``; declined cases start fresh, as does
     everything with ``LONGSHORT_TEST_FRESH=1``). Its decisions: ``zygote-<worker>.jsonl`` in the worker's temp
     folder."""
-    from warm_start import compute_env_report, serve_env_report, start_zygote
+    from warm_start import compile_bytecode, compute_env_report, serve_env_report, start_zygote
 
-    if not os.environ.get("LONGSHORT_TEST_FRESH"):  # torch's collect_env report, computed once a run
+    if not os.environ.get("LONGSHORT_TEST_FRESH"):  # this package's bytecode and torch's collect_env report, once a run
+        _built_once(tmp_path_factory, "bytecode", compile_bytecode)
         os.environ.update(_built_once(tmp_path_factory, "env-report", compute_env_report))
         serve_env_report(os.environ)
     env, stop = start_zygote(tmp_path_factory.getbasetemp(), os.environ.get("PYTEST_XDIST_WORKER", "main"),
