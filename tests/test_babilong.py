@@ -212,8 +212,7 @@ def test_token_counts_in_the_shared_lengths_key_are_refused_before_lm_eval_start
 
 @pytest.mark.slow
 def test_babilong_end_to_end(tmp_path, generated, tiny_llama2_dir, sp_tokenizer_dir):
-    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", TMPDIR=str(tmp_path))
+    env = dict(os.environ, TMPDIR=str(tmp_path))  # conftest's offline HF_* and cache folders: the zygote's (forked)
     cmd = [sys.executable, "-m", "torchtune_longshort.eval", "run", "--model", "longshort",
            "--model_args",
            f"checkpoint_dir={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},max_length=2048,allow_extrapolation=true",

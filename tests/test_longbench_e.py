@@ -298,8 +298,7 @@ def _write(path, rows):
 
 
 def _run_cli(args, env_dir):
-    env = dict(os.environ, HF_HOME=str(env_dir / "hf"), HF_DATASETS_CACHE=str(env_dir / "hf" / "datasets"),
-               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TMPDIR=str(env_dir))
+    env = dict(os.environ, TMPDIR=str(env_dir))  # conftest's offline HF_* and cache folders: the zygote's (forked)
     out = subprocess.run([sys.executable, "-m", "torchtune_longshort.eval", "run", *args], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]

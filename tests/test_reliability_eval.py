@@ -32,6 +32,8 @@ pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
+from warm_start import with_warm_start  # noqa: E402
+
 from torchtune_longshort.eval.cli_run import run_cli  # noqa: E402
 from torchtune_longshort.eval.report.results_io import load_run_info, not_scored_of  # noqa: E402
 
@@ -59,9 +61,8 @@ def _longshort(ckpt, tok, out, tasks, meta, extra=""):
 
 
 def _subprocess(argv, tmp_path):
-    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_DATASETS_CACHE=str(tmp_path / "hf" / "datasets"),
-               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TMPDIR=str(tmp_path),
-               PYTHONPATH=str(REPO))
+    # conftest's offline HF_* and cache folders, and the warm start: the command is forked from the zygote
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=with_warm_start(str(REPO)))
     out = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
