@@ -149,7 +149,10 @@ def test_a_study_folder_moved_elsewhere_keeps_its_finished_runs(tmp_path, monkey
     # that machine's paths (before: every run's spec held its absolute output_dir, so each was trained again)
     monkeypatch.setenv("LONGSHORT_CACHE", str(tmp_path / "cache_a"))
     study, _ = _study(tmp_path, methods={"pi": {"method": "linear"}}, alphas=[0], seeds=[0])
+    built, recipe_config = [], study.recipe_config
+    monkeypatch.setattr(study, "recipe_config", lambda key, run=None: built.append(key) or recipe_config(key, run))
     assert all(r["status"] == "ok" for r in study.run().values())
+    assert built == ["base", "pi_a0_s0"]  # each run's recipe config built once (its spec, recipe.yaml, steps: 3)
     rec = json.loads((study.run_dir("pi_a0_s0") / "result.json").read_text())
     assert rec["spec"]["recipe_config"]["output_dir"] == "<study>/runs/pi_a0_s0/train"
     assert rec["spec"]["recipe_config"]["checkpointer"]["checkpoint_dir"].startswith("<study>/base/train/step_")

@@ -269,11 +269,14 @@ class RunConfigs:
             c["checkpointer"]["output_dir"] = "${output_dir}"
         return c
 
-    def recipe_fields(self, key: str, run: Optional[Run] = None) -> RecipeConfig:
-        """:meth:`recipe_config` read as the recipe reads it: the recipe's own config check (keys, values and the
-        rules between fields: a batch the accumulation steps do not divide, a length past the model's positions;
-        the files and devices it names are not asked for, as the run may not have made them yet)."""
-        return load_recipe_config(OmegaConf.create(self.recipe_config(key, run)), local=False)
+    def recipe_fields(self, key: str, run: Optional[Run] = None,
+                      config: Optional[Dict[str, Any]] = None) -> RecipeConfig:
+        """:meth:`recipe_config` (or ``config``, the caller's copy of it) read as the recipe reads it: the recipe's
+        own config check (keys, values and the rules between fields: a batch the accumulation steps do not divide, a
+        length past the model's positions; the files and devices it names are not asked for, as the run may not have
+        made them yet)."""
+        config = self.recipe_config(key, run) if config is None else config
+        return load_recipe_config(OmegaConf.create(config), local=False)
 
 
 def check_recipe_overrides(cfg: StudyConfig, repo_root: Optional[Path] = None) -> None:

@@ -118,14 +118,16 @@ class RunStages(RunConfigs):
         return ev.task_metadata(extra)
 
     # ------------------------------------------------------------------ stages
-    def _train(self, key: str, run: Optional[Run]) -> Tuple[Path, bool]:
+    def _train(self, key: str, run: Optional[Run], config: Optional[Dict[str, Any]] = None) -> Tuple[Path, bool]:
         """``(final checkpoint, whether it was trained by this call)``. Checkpoints of another recipe config (the
-        ``recipe.yaml`` they were trained from differs) are trained again from step 0, never reused or resumed."""
+        ``recipe.yaml`` they were trained from differs) are trained again from step 0, never reused or resumed.
+        ``config``: the run's :meth:`recipe_config` where the caller has it already."""
         rdir = self.run_dir(key)
         rdir.mkdir(parents=True, exist_ok=True)
-        recipe_yaml, rc_text = rdir / "recipe.yaml", OmegaConf.to_yaml(OmegaConf.create(self.recipe_config(key, run)))
+        config = self.recipe_config(key, run) if config is None else config
+        recipe_yaml, rc_text = rdir / "recipe.yaml", OmegaConf.to_yaml(OmegaConf.create(config))
         changed = recipe_yaml.is_file() and recipe_yaml.read_text() != rc_text
-        recipe = self.recipe_fields(key, run)  # the steps the recipe will really train (equal compute: fewer)
+        recipe = self.recipe_fields(key, run, config)  # the steps the recipe will really train (equal compute: fewer)
         max_steps = trained_steps(recipe.max_steps, recipe.equal_compute_overhead, recipe.loss.alpha)
         train_dir = Path(recipe.output_dir)
         done = steps_in(train_dir)

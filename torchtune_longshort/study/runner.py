@@ -92,14 +92,15 @@ class Study(RunStages):
         """The provenance block of this study's files (device: the evaluation's)."""
         return provenance(device=str(self.cfg.eval.device), stdlib=self.uses_stdlib_corpus())
 
-    def spec_of(self, key: str, run: Optional[Run] = None) -> Dict[str, Any]:
+    def spec_of(self, key: str, run: Optional[Run] = None, recipe: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """What a run's result depends on; a result.json with another spec is stale and is redone. A base given as
         ``base.checkpoint_dir`` trains nothing: its checkpoint stands for its recipe config. Its recipe config's
         paths are named by place (:mod:`~torchtune_longshort.study.portable`): records committed on one machine count
         on the next (the eval section's own paths, ``longbench_e_data_dir``, stay as given: the report compares them
-        with the config's)."""
+        with the config's). ``recipe``: the run's :meth:`recipe_config` where the caller has it already."""
         given = key == "base" and self.cfg.base.given
-        trained = {"checkpoint_dir": str(self.base_checkpoint())} if given else self.recipe_config(key, run)
+        trained = {"checkpoint_dir": str(self.base_checkpoint())} if given else \
+            recipe if recipe is not None else self.recipe_config(key, run)
         return {"recipe_config": portable(trained, places(self.out, self.root)), "eval_tasks": self.eval_tasks(),
                 "eval": {k: v for k, v in self.cfg.eval.as_dict().items() if k != "eval_base"}}
 
@@ -108,7 +109,9 @@ class Study(RunStages):
                 blocked: Optional[str] = None) -> Dict[str, Any]:
         """Train (or skip / resume) and evaluate one run; always writes and returns its result.json record."""
         rdir = self.run_dir(key)
-        spec = self.spec_of(key, run)
+        # the run's recipe config, built once (OmegaConf merges of the whole config: most of a stand-in run's time)
+        recipe = None if key == "base" and self.cfg.base.given else self.recipe_config(key, run)
+        spec = self.spec_of(key, run, recipe)
         res_path = rdir / RESULT
         if res_path.is_file():
             old = read_json(res_path)  # None when torn or not JSON: the run is done again
@@ -135,7 +138,7 @@ class Study(RunStages):
                 if not (ckpt / "config.json").is_file():
                     raise StageError("base", f"base.checkpoint_dir={str(ckpt)!r} has no config.json")
             else:
-                ckpt, trained_now = self._train(key, run)
+                ckpt, trained_now = self._train(key, run, recipe)
                 rec["train"] = train_summary(ckpt.parent)
             rec["checkpoint"] = str(ckpt)
             rec["wall_s_train"] = round(time.time() - t0, 1)
