@@ -123,11 +123,19 @@ def test_variants_in_the_grid_and_their_recipe_configs(tmp_path):
     assert study.recipe_config("pi_a0.1_e1-L_s1", runs["pi_a0.1_e1-L_s1"])["e_range"] == [1, "L"]
 
 
-def test_verdicts_follow_the_planted_effects(tmp_path):
-    cfg = _cfg(tmp_path)
-    study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ClaimsExecutor(), log=lambda m: None)
-    study.run()
-    recs = load_records(tmp_path / "out", cfg)
+@pytest.fixture(scope="module")
+def pi_yarn(tmp_path_factory):
+    """``(config, output folder)`` of the planted grid on PI and YaRN (the variants on PI), run once by the fake
+    executor for the tests that read it (none writes into it)."""
+    tmp = tmp_path_factory.mktemp("pi_yarn")
+    cfg = _cfg(tmp, methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}})
+    Study(cfg, output_dir=tmp / "out", repo_root=ROOT, executor=ClaimsExecutor(), log=lambda m: None).run()
+    return cfg, tmp / "out"
+
+
+def test_verdicts_follow_the_planted_effects(tmp_path, pi_yarn):
+    cfg, out = pi_yarn
+    recs = load_records(out, cfg)
     assert all(r["status"] == "ok" for r in recs.values()), {k: r.get("error") for k, r in recs.items()}
     assert recs["pi_a0.1_eqc_s0"]["checkpoint"].endswith("step_19")  # floor(20 / 1.0526): the recipe's steps
     got = analyze(cfg, recs)
@@ -168,7 +176,7 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     ent = {r["config"]: r["means"]["entropy"] for r in got["per_config"]}
     assert abs(ent["pi_a1"] - (2.0 + EFFECT["main"][1.0])) < 1e-9 and abs(ent["pi_a0"] - 2.0) < 1e-9
 
-    summary = build_report(tmp_path / "out", tmp_path / "report", cfg)
+    summary = build_report(out, tmp_path / "report", cfg)
     md = (tmp_path / "report" / "report.md").read_text()
     assert "### tables2_3: HELD" in md and "### tables4_5: NOT MEASURABLE HERE" in md
     assert "What the CE-only fine-tunes learned" in md
@@ -180,13 +188,11 @@ def test_verdicts_follow_the_planted_effects(tmp_path):
     assert json.loads((tmp_path / "report" / "summary.json").read_text())["claims"]["claims"][1]["verdict"] == "held"
 
 
-def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(tmp_path):
+def test_methods_are_compared_pairwise_and_the_base_failure_is_reported(pi_yarn):
     from torchtune_longshort.study.base_failure import base_failure, base_gate_refusal
 
-    cfg = _cfg(tmp_path, methods={"pi": {"method": "linear"}, "yarn": {"method": "yarn"}})
-    study = Study(cfg, output_dir=tmp_path / "out", repo_root=ROOT, executor=ClaimsExecutor(), log=lambda m: None)
-    study.run()
-    recs = load_records(tmp_path / "out", cfg)
+    cfg, out = pi_yarn
+    recs = load_records(out, cfg)
     got = analyze(cfg, recs)["methods"]
     assert got["verdict"] == "differ measurably"
     for c in got["comparisons"]:
