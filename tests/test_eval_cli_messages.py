@@ -185,6 +185,32 @@ def test_lm_evals_own_argument_errors_and_validate_are_one_line_refusals(capsys,
         assert "Tasks not found" not in out
 
 
+def test_a_run_of_an_unknown_task_names_the_nearest_from_the_index_lm_eval_built(capsys, monkeypatch):
+    """``run --tasks longshort_pll``: the nearest names come from the task index lm-eval's CLI built for the run; a
+    second index of the same folders was built only to say them (seconds over ~14,000 YAMLs). The indexes with
+    lm-eval's own tasks are counted as they are built, and made of the pack alone here (cheap)."""
+    import lm_eval.tasks
+
+    from torchtune_longshort.eval.__main__ import main
+
+    built = []
+
+    class PackOnly(lm_eval.tasks.TaskManager):
+        def __init__(self, *args, **kwargs):
+            if kwargs.get("include_defaults", True):  # an index with lm-eval's own tasks (the pack's own: cheap)
+                built.append(kwargs.get("include_path"))
+            super().__init__(*args, **{**kwargs, "include_defaults": False})
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", PackOnly)
+    monkeypatch.setattr(sys, "argv", ["longshort-eval", "run", "--model", "dummy", "--tasks", "longshort_pll"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert "no task 'longshort_pll' (did you mean 'longshort_ppl'" in err, err
+    assert len(built) == 1, built
+
+
 def test_summary_line_counts_a_member_without_data_as_unscored_with_its_reason():
     # a group member without data reports only lm-eval's `missing_data` = 1: it was counted as a scored metric, and
     # the member's reason was left out

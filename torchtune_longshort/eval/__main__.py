@@ -92,7 +92,7 @@ def _checked_run(argv) -> None:
     from torchtune_longshort.eval import cli_messages
     from torchtune_longshort.eval.cli_run import check_arguments
     from torchtune_longshort.eval.task_faults import EXIT_STATUS, contained
-    from torchtune_longshort.eval.task_index import pack_only_index
+    from torchtune_longshort.eval.task_index import indexes_built, pack_only_index
 
     check_arguments(argv)
     quiet_lm_eval_git()
@@ -110,12 +110,13 @@ def _checked_run(argv) -> None:
         _validate_tasks(argv)
     parser_error = argparse.ArgumentParser.error  # lm-eval's own parsers: usage + error, two lines and more
     argparse.ArgumentParser.error = lambda parser, message: refuse(cli_argv.prog(), message)
-    saved = SavedResults()
+    saved, built = SavedResults(), []  # built: the task indexes lm-eval builds (indexes_built)
     try:
-        with pack_only_index(argv, option(argv, "--include_path") or ""), saved.watching(), contained() as faults:
+        with pack_only_index(argv, option(argv, "--include_path") or ""), indexes_built() as built, \
+                saved.watching(), contained() as faults:
             cli_evaluate()
-    except ValueError as e:
-        line = cli_messages.tasks_not_found(str(e), _known_tasks(argv))
+    except ValueError as e:  # the names of the index lm-eval built (with the pack and its defaults: not covered)
+        line = cli_messages.tasks_not_found(str(e), built[-1].all_tasks if built else _known_tasks(argv))
         if line:
             raise ValueError(line) from None
         raise

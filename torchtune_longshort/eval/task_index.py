@@ -20,7 +20,7 @@ import contextlib
 import functools
 import logging
 from pathlib import Path
-from typing import FrozenSet, Iterator, List, Sequence
+from typing import Any, FrozenSet, Iterator, List, Sequence
 
 from lm_eval import tasks as lm_tasks
 
@@ -130,3 +130,23 @@ def pack_only_index(argv: Sequence[str], include_path: str) -> Iterator[bool]:
         yield covered
     finally:
         lm_tasks.TaskManager = original
+
+
+@contextlib.contextmanager
+def indexes_built() -> Iterator[List[Any]]:
+    """The ``TaskManager`` objects lm-eval builds while the block runs (its CLI builds one per run, over every YAML it
+    knows: seconds), for a refusal that needs the names they hold: a ``run`` with a task lm-eval does not know built
+    a second index of the same folders only to say the nearest names."""
+    built: List[Any] = []
+    current = lm_tasks.TaskManager
+
+    class RecordedTaskManager(current):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    lm_tasks.TaskManager = RecordedTaskManager
+    try:
+        yield built
+    finally:
+        lm_tasks.TaskManager = current
