@@ -17,7 +17,9 @@ RECIPE = "torchtune_longshort/recipes/longshort_finetune.py"
 # one would test nothing more (1024 and 512 cost the file ~25 s more on 2 CPU cores; at 256 and 512 the passkey is
 # found and the ppl is 36 and 21 in both models)
 LENGTHS = [256, 512]
-SMOKE = ["device=cpu", "dtype=fp32", "seq_len=256", "batch_size=1", "gradient_accumulation_steps=1", "max_steps=2",
+# seq_len 128: the LoRA run's checks (logged rows, PEFT against the merged weights, the same ppl in both models at
+# the eval's own 256) mean the same at half the training tokens of 256
+SMOKE = ["device=cpu", "dtype=fp32", "seq_len=128", "batch_size=1", "gradient_accumulation_steps=1", "max_steps=2",
          "save_every_n_steps=2", "validation=null", "loss.alpha=0.1", "lr_scheduler.num_warmup_steps=0",
          "dataset.limit=40"]
 
@@ -48,7 +50,7 @@ def evaluate(model: str, pretrained: Path, tasks, meta, tokenizer: Path) -> dict
 def loads_in_transformers(step: Path, source: Path):
     """``step`` as a user takes it: the source's ``tokenizer.json`` unchanged, and the folder loads in transformers
     (``AutoTokenizer`` / ``AutoModelForCausalLM``, the independent reader) with finite logits; returns the probe
-    text's ids."""
+    text's ids and those float32 logits (a caller comparing against them needs no second load of the folder)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -57,5 +59,6 @@ def loads_in_transformers(step: Path, source: Path):
     hf = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()
     ids = tok("def main():\n    return 0\n", return_tensors="pt").input_ids
     with torch.no_grad():
-        assert torch.isfinite(hf(ids).logits).all()
-    return ids
+        logits = hf(ids).logits
+    assert torch.isfinite(logits).all()
+    return ids, logits

@@ -33,14 +33,14 @@ def _train(config: str, out: Path, ckpt: Path) -> Path:
 
 
 def test_shipped_lora_config_trains_smollm2_and_its_checkpoint_loads_everywhere(real_model_dir, tmp_path):
-    """LoRA, alpha 0.1, L 256, 2 steps; ``step_2`` loads in transformers (model and tokenizer: the source's
+    """LoRA, alpha 0.1, L 128, 2 steps; ``step_2`` loads in transformers (model and tokenizer: the source's
     tokenizer, unchanged), and scores the same ppl in ``longshort`` and ``hf``."""
     config = "smollm2_135m/lora_yarn_16k_stdlib.yaml"
     step = _train(config, tmp_path / "run", real_model_dir)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"ce"' in x]
     assert len(rows) == 2 and all(math.isfinite(r["loss"]) and r["misalignment"] > 0 for r in rows)
-    ids = loads_in_transformers(step, real_model_dir)
-    _peft_gives_the_merged_logits(real_model_dir, step, ids)
+    ids, merged = loads_in_transformers(step, real_model_dir)
+    _peft_gives_the_merged_logits(real_model_dir, step, ids, merged)
     meta = {"ppl_source": "stdlib_tests", "ppl_num_samples": 1, "max_seq_lengths": [256]}
     ours = evaluate("longshort", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_256,none"]
     theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_256,none"]
@@ -49,16 +49,16 @@ def test_shipped_lora_config_trains_smollm2_and_its_checkpoint_loads_everywhere(
 
 
 
-def _peft_gives_the_merged_logits(base_dir: Path, step: Path, ids) -> None:
+def _peft_gives_the_merged_logits(base_dir: Path, step: Path, ids, merged) -> None:
     """``peft.PeftModel.from_pretrained(base, step/adapter)`` on the real SmolLM2 gives the merged checkpoint's
-    logits: the base is the start folder as the run read it (float32, the smoke run's dtype) under the step's
-    config.json (its YaRN scaling), both evaluated in float32 by transformers."""
+    logits (``merged``: ``step`` as transformers loaded it in float32 in ``loads_in_transformers``): the base is the
+    start folder as the run read it (float32, the smoke run's dtype) under the step's config.json (its YaRN
+    scaling), both evaluated in float32 by transformers."""
     import torch
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.no_grad():
-        merged = AutoModelForCausalLM.from_pretrained(str(step), dtype=torch.float32).eval()(ids).logits
         base = AutoModelForCausalLM.from_pretrained(str(base_dir), config=AutoConfig.from_pretrained(str(step)),
                                                     dtype=torch.float32).eval()
         plain = base(ids).logits
