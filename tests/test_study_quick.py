@@ -51,10 +51,10 @@ def test_gpu_smollm2_quick_runs_on_the_cpu_and_its_checkpoint_loads_everywhere(t
     loads_in_transformers(step, real_model_dir)
 
     rec = json.loads((run / "result.json").read_text())
-    ours = rec["results"]["longshort_ppl"]["ppl_256"]
+    ours = rec["results"]["longshort_ppl"]["ppl_128"]
     lm_eval_file = next(iter((run / "eval").rglob("results_*.json")))
     used = json.loads(lm_eval_file.read_text())["configs"]["longshort_ppl"]["metadata"]
     meta = {k: used[k] for k in PPL_KEYS if k in used}
-    assert meta["ppl_max_seq_lengths"] == [256]
-    theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_256,none"]
+    assert meta["ppl_max_seq_lengths"] == [128]
+    theirs = evaluate("hf", step, ["longshort_ppl"], meta, real_model_dir)["longshort_ppl"]["ppl_128,none"]
     assert math.isfinite(ours) and 1 < ours < 1000 and ours == pytest.approx(theirs, rel=1e-4)
