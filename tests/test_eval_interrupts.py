@@ -16,6 +16,7 @@ pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.api.model import CachingLM  # noqa: E402
+from warm_start import with_warm_start  # noqa: E402
 
 from torchtune_longshort.eval.model.adapter import LongShortLM  # noqa: E402
 
@@ -56,7 +57,8 @@ def test_use_cache_keeps_what_an_interrupted_run_scored(tiny_llama2_dir, sp_toke
     (63 of 80 requests cached after a Ctrl-C at 63/80). The ``longshort`` model stored its results only when the whole
     request list was done: Ctrl-C at 13/80 left an empty cache, and the rerun began again from nothing."""
     db = tmp_path / "cache.db"
-    env = dict(os.environ, PYTHONPATH=str(REPO), LONGSHORT_TEST_FRESH="1", OMP_NUM_THREADS="1")
+    # forked from the warm zygote (it signals itself: its own pid either way)
+    env = dict(os.environ, PYTHONPATH=with_warm_start(str(REPO)), OMP_NUM_THREADS="1")
     p = subprocess.run([sys.executable, "-c", CHILD, str(tiny_llama2_dir), str(sp_tokenizer_dir), str(db), "3",
                         repr(TEXTS)], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "KeyboardInterrupt" in p.stderr, (p.returncode, p.stderr[-2000:])
@@ -77,16 +79,16 @@ def test_use_cache_keeps_what_an_interrupted_run_scored(tiny_llama2_dir, sp_toke
 def test_longshort_eval_stopped_by_a_signal_says_so_in_one_line(tiny_llama2_dir, sp_tokenizer_dir, tmp_path, sig):
     """Ctrl-C ended ``longshort-eval`` with lm-eval's KeyboardInterrupt traceback and SIGTERM (a scheduler's) silently
     (exit -15); both now end in one line saying what the run left and how to go on, exit 128 + the signal, as the
-    recipe and the study do. The signal goes to the process group once the requests are being scored."""
+    recipe and the study do. The signal goes to the process group once the requests are being scored (the command
+    starts no process of its own then; forked from the tests' warm zygote, its relay passes the signal on)."""
     import time
 
     cli = str(Path(sys.executable).with_name("longshort-eval"))
     meta = '{"ppl_source": "stdlib", "ppl_num_samples": 300, "max_seq_lengths": [128, 256]}'
-    env = dict(os.environ, LONGSHORT_TEST_FRESH="1")
     p = subprocess.Popen([cli, "run", "--model", "longshort", "--model_args",
                           f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}", "--device", "cpu", "--tasks",
                           "longshort_ppl", "--metadata", meta, "--output_path", str(tmp_path / "out")],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen = []
     for line in p.stdout:
         seen.append(line)

@@ -84,7 +84,9 @@ def test_sigterm_to_every_process_of_a_torchrun_job_saves(tmp_path, tiny_llama2_
     out = tmp_path / "out"
     cmd = tune_cmd(CFG, tiny_llama2_dir, sp_tokenizer_dir, out, "max_steps=200", "save_every_n_steps=100",
                    "validation=null", nproc=2)
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_FRESH=1), stdout=subprocess.PIPE,
+    # the launcher fresh (its workers are its children, signalled one by one); the workers forked from the warm
+    # zygote: each one's relay, a child of the launcher, passes the SIGTERMs on (the test's and the launcher's)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_FRESH="self"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.time() + 240
@@ -152,8 +154,9 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, tiny_llama2_dir, sp
     began = tmp_path / "step_3_began"
     cmd = [sys.executable, "-c", SLOW_THIRD_STEP, str(began)] + cmd[cmd.index("--config"):]
     with open(err_file, "w") as err:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path, LONGSHORT_TEST_FRESH=1), stdout=subprocess.DEVNULL,
-                                stderr=err, start_new_session=True,
+        # forked from the warm zygote: the recipe starts no process, its relay passes each Ctrl-C on
+        proc = subprocess.Popen(cmd, cwd=REPO, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 240

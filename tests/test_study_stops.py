@@ -146,7 +146,8 @@ def test_a_signal_stops_the_study_and_its_fine_tune_and_a_rerun_goes_on(tmp_path
     locked = tmp_path / "group"
     dead = subprocess.run([sys.executable, "-c", KILLED_HOLDER, str(locked)], capture_output=True, text=True)
     assert dead.returncode == 0 and not alive(int(dead.stdout)), dead.stderr  # a study killed with its lock held
-    studies = {how: start_study(tmp_path / how, main=how == "group") for how in hows}  # at once: each imports
+    # at once: each imports (the group's study fresh, the others forked from the warm zygote: start_study)
+    studies = {how: start_study(tmp_path / how, main=how == "group", group=how == "group") for how in hows}
     pids = []
     try:
         pids.append(fine_tune_pid(locked, studies["group"]))  # the group's study in its grid: past the lock
