@@ -59,13 +59,16 @@ def _relay(sock_path, request):
         for sig in job["pending"]:
             os.kill(os.getpid(), sig)
 
+    ns = _namespaces()
+    joined = [n for n in JOINED if n in ns]  # the fds after stdin, stdout and stderr, in this order
     request.update(cwd=os.getcwd(), env=dict(os.environ), path=list(sys.path), executable=sys.executable,
-                   prefix=sys.prefix, orig_argv=list(sys.orig_argv))
+                   prefix=sys.prefix, orig_argv=list(sys.orig_argv), ns={n: i for n, (i, _) in ns.items()},
+                   joined=joined)
     body = json.dumps(request).encode()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(sock_path)
-        socket.send_fds(s, [struct.pack("!Q", len(body))], [0, 1, 2])
+        socket.send_fds(s, [struct.pack("!Q", len(body))], [0, 1, 2, *(ns[n][1] for n in joined)])
         s.sendall(body)
         f = s.makefile("rb")
         reply = json.loads(f.readline() or b"{}")
@@ -84,6 +87,22 @@ def _relay(sock_path, request):
         signal.signal(-rc, signal.SIG_DFL)
         os.kill(os.getpid(), -rc)
     os._exit(rc)
+
+
+JOINED = ("user", "mnt")  # the namespaces a job joins where they are not the zygote's (tests/disk_full.py's small
+# tmpfs is mounted in the command's only): the user namespace first, as it grants the join of its mount namespace
+
+
+def _namespaces() -> dict:
+    """``{namespace: (its identity, an fd of it to join, for JOINED)}`` of this process (``/proc/self/ns``)."""
+    out = {}
+    for n in ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts"):
+        try:
+            out[n] = (os.readlink(f"/proc/self/ns/{n}"), os.open(f"/proc/self/ns/{n}", os.O_RDONLY)
+                      if n in JOINED else None)
+        except OSError:  # no such namespace here
+            pass
+    return out
 
 
 def _chain():

@@ -5,8 +5,9 @@ entry point run as ``__main__``; only the interpreter's start-up and those impor
 spent ~8 of a tiny ``tune run``'s 12 CPU-s importing torchtune (torchao imports torch._dynamo and torch._inductor).
 
 It declines (the process then runs as usual) a command whose environment differs from its own in a variable read
-at import time (``IMPORT_TIME_ENV``), another interpreter (the wheel tests' venv), or a search path on which one of
-the imported packages would be found elsewhere. Every request and decision is appended to ``--log``.
+at import time (``IMPORT_TIME_ENV``), another interpreter (the wheel tests' venv), a search path on which one of
+the imported packages would be found elsewhere, or a namespace of its own other than a user and mount namespace
+(``unshare``: tests/disk_full.py), which the job enters. Every request and decision is appended to ``--log``.
 
     python tests/warm/zygote.py SOCKET --log FILE
 """
@@ -89,6 +90,10 @@ def preload(log) -> dict:
 def decline_reason(req: dict, own_env: dict, origins: dict) -> str | None:
     if os.path.realpath(req["executable"]) != os.path.realpath(sys.executable) or req["prefix"] != sys.prefix:
         return "another interpreter"
+    ours = namespaces(req.get("ns", {}))
+    other = sorted(n for n, i in req.get("ns", {}).items() if ours[n] != i and n not in req.get("joined", ()))
+    if other:
+        return "another namespace: " + ", ".join(other)
     theirs, ours = import_time_env(req["env"]), import_time_env(own_env)
     diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
     if diff:
@@ -99,6 +104,29 @@ def decline_reason(req: dict, own_env: dict, origins: dict) -> str | None:
         if found != origin:
             return f"{name} would come from {found or 'nowhere'}, not {origin}"
     return None
+
+
+def namespaces(names) -> dict:
+    """This process's identity of each of the namespaces ``names`` (``/proc/self/ns``)."""
+    return {n: os.readlink(f"/proc/self/ns/{n}") for n in names}
+
+
+CLONE_NEW = {"user": 0x10000000, "mnt": 0x00020000}  # setns(2)'s flags (<sched.h>)
+
+
+def join_namespaces(req: dict, fds: list) -> None:
+    """Enter the command's namespaces (``req["joined"]``, their fds in that order) that are not this process's: a
+    command run under ``unshare`` (tests/disk_full.py: a small tmpfs mounted in its mount namespace only) runs in
+    them, its writes there failing as they would in a fresh interpreter. Only a single-threaded process may enter a
+    user namespace: a forked child is one."""
+    import ctypes
+
+    own = namespaces(req.get("joined", ()))
+    for name, fd in zip(req.get("joined", ()), fds):
+        if req["ns"][name] != own[name] and ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEW[name]) != 0:
+            raise OSError(ctypes.get_errno(), f"setns to the command's {name} namespace: "
+                          + os.strerror(ctypes.get_errno()))
+        os.close(fd)
 
 
 def where(name: str, path: list) -> str | None:
@@ -140,6 +168,11 @@ def run_job(req: dict, fds: list) -> None:
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)
+    try:
+        join_namespaces(req, fds[3:])
+    except OSError as e:  # run fresh would have run it in them: say so, in the command's stderr
+        os.write(2, f"warm start: {e}; LONGSHORT_TEST_FRESH=1 runs the command fresh\n".encode())
+        os._exit(1)
     std_streams(req.get("unbuffered") or bool(req["env"].get("PYTHONUNBUFFERED")))
     os.environ.clear()
     os.environ.update(req["env"])
@@ -209,7 +242,7 @@ def exit_code(code) -> int:
 
 
 def recv_request(conn: socket.socket):
-    head, fds, _flags, _addr = socket.recv_fds(conn, 8, 3)
+    head, fds, _flags, _addr = socket.recv_fds(conn, 8, 8)
     if len(head) < 8:
         return None, fds
     (n,) = struct.unpack("!Q", head)
