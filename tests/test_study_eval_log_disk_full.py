@@ -34,7 +34,7 @@ def test_a_full_disk_at_eval_names_the_log_file_and_the_fix(tmp_path):
     ckpt = out / "runs" / KEY / "train" / "step_1"  # trained: the recipe's config (torchtune, seconds) is not read
     ckpt.mkdir(parents=True)
     (ckpt / "config.json").write_text("{}")
-    study._train = lambda key, run: (ckpt, False)
+    study._train = lambda key, run, config=None: (ckpt, False)
     study.run_one(KEY, run, evaluate=True)
     line = next(x for x in said if "FAILED" in x)
     log = out / "runs" / KEY / "eval.log"
