@@ -92,10 +92,14 @@ class WheelNotDownloaded(Refusal, RuntimeError):
 
 def converted_files(out_dir: Path) -> List[str]:
     """The names an earlier conversion wrote in ``out_dir``, from its :data:`DONE_MARK` (a JSON object with a
-    ``files`` list; a mark of an older version lists none: then only the mark is known)."""
+    ``files`` list; a mark of an older version lists none: then only the mark is known). Only names of entries of
+    ``out_dir`` itself count, as a conversion writes: the mark is a file in the user's folder, and one edited to list
+    ``../x`` or an absolute path had the next conversion delete that file outside it."""
     mark = read_json(Path(out_dir) / DONE_MARK)
     files = mark.get("files") if isinstance(mark, dict) else None
-    return [DONE_MARK, *files] if isinstance(files, list) else [DONE_MARK]
+    files = [n for n in files if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n
+             and os.sep not in n] if isinstance(files, list) else []
+    return [DONE_MARK, *files]
 
 
 def check_out_dir(out_dir: Path, field: str = "--out") -> None:
