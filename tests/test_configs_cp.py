@@ -42,6 +42,22 @@ def test_longshort_cp_refuses_a_destination_in_a_missing_folder_in_one_line(tmp_
     assert (tmp_path / "nd" / "longshort_stdlib.yaml").is_file()
 
 
+def test_longshort_cp_refuses_a_device_or_pipe_for_a_destination(tmp_path, capsys):
+    # `longshort-cp NAME /dev/null` wrote /dev/null.yaml (tune cp does the same); `--force` onto a named pipe
+    # replaced the user's pipe by a file
+    from torchtune_longshort.configs_cli import main
+
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    for dest, flags, word in (("/dev/null", [], "character device"), (str(fifo), ["--force"], "named pipe")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["tiny/longshort_stdlib.yaml", dest, *flags])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.count("\n") == 1 and f"{dest} is a {word}" in err, err
+    assert not os.path.lexists("/dev/null.yaml") and [p.name for p in tmp_path.iterdir()] == ["p.yaml"]
+    assert fifo.is_fifo()
+
+
 def test_longshort_cp_refuses_a_link_to_nothing_without_force(tmp_path, capsys):
     # `longshort-cp NAME link.yaml`, link.yaml a symbolic link whose target is gone: exists() is False for it, so the
     # copy replaced the user's link with a file, without --force

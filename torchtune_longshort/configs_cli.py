@@ -8,7 +8,8 @@
 leaves an existing destination as it is (exit 0), and a destination without a suffix gets ``.yaml``. One with a
 suffix is written as named (``run.yml``), where ``tune cp`` replaces any suffix with ``.yaml`` (its ``run.yml`` and
 ``run.v2`` both write ``run.yaml``). Unlike ``tune cp``, an existing destination is refused unless ``--force`` is given
-(a user's edited config is not replaced). A destination that is a symbolic link is written through, the link kept, as
+(a user's edited config is not replaced), and a device, named pipe or socket is refused (``tune cp NAME /dev/null``
+writes ``/dev/null.yaml``). A destination that is a symbolic link is written through, the link kept, as
 ``tune cp`` (``shutil.copy``) does (``-n`` too, where the file it points to is not there yet).
 
 The YAML files under the repository's ``configs/`` are installed with the package (``torchtune_longshort.configs``),
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 import sys
 from importlib import resources
 from pathlib import Path
@@ -130,16 +132,33 @@ def resolve_config(value: str, root: Path, key: str, example: Optional[str] = No
                      "a YAML file")
 
 
+def _special_file(path: Path) -> str:
+    """What ``path`` (a link followed) is, where it is neither a regular file nor a folder (``a character device``,
+    ``a named pipe``, ...); ``""`` otherwise, or where it is not there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return ""
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((word for test, word in kinds if test(mode)), "")
+
+
 def _destination(ap, args, src):
     """The path ``longshort-cp`` names (``DEST``, ``DEST/<name>`` for a folder, ``DEST.yaml`` for a name without a
     suffix) and the file it writes: the same path, or, where that path is a symbolic link, the file the link points to
     (as ``tune cp`` and ``cp`` write through a link; the user's link stays a link, its target written, made where it
     is gone)."""
     dest = Path(args.destination)
+    special = _special_file(dest)
+    if special:  # `tune cp NAME /dev/null` writes /dev/null.yaml, a new file among the devices
+        ap.error(f"{dest} is {special}, not a file or folder: name a file to copy to, e.g. run.yaml")
     if dest.is_dir() or args.destination.endswith(("/", os.sep)):  # DEST/ names a folder (as cp reads it)
         dest = dest / src.name
     elif not dest.suffix:  # as tune cp: `longshort-cp NAME my_run` writes my_run.yaml
         dest = dest.with_name(dest.name + ".yaml")
+    if _special_file(dest):  # `--force` replaced a named pipe of the user's by a file
+        ap.error(f"{dest} is {_special_file(dest)}, not a file: name a file to copy to, e.g. run.yaml")
     if not dest.is_symlink():
         return dest, dest
     try:
