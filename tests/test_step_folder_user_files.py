@@ -18,7 +18,8 @@ def recipe_cls():
     ("step_4/eval/results.json", "step_4/eval/results.json"), ("recipe_state/notes.txt", "recipe_state/notes.txt"),
     ("step_9/notes.txt", r"step_9/ \(no \.longshort_files\)"), ("logs/notes.txt", r"logs/ \(no \.longshort_files\)"),
     ("recipe_state/step_5.pt", "recipe_state/step_5.pt"),  # a state's name, but no step_5/: not the recipe's
-    ("step_4/.longshort_files", r"step_4/ \(no \.longshort_files\)"),  # a list that is not one: nothing listed
+    # a list that is not one: nothing listed, and it is said so ("no .longshort_files" sent one looking for it)
+    ("step_4/.longshort_files", r"step_4/ \(its \.longshort_files is no JSON list of names\)"),
     # a folder named as a killed atomic write's file (the recipe's .tmp entries are files): it went, whole
     ("step_9.tmp/my_eval/results.json", "step_9.tmp"), ("latest.tmp/notes.txt", "latest.tmp")])
 def test_overwrite_keeps_a_users_file_inside_a_step_or_state_folder(recipe_cls, tmp_path, tiny_llama2_dir,

@@ -39,7 +39,7 @@ from torchtune_longshort.output_guard import atomic_write_text, read_names, writ
 from torchtune_longshort.training.durable_save import fsync_dir
 from torchtune_longshort.training.staging import (
     MANIFEST, STAGING, STARTED_PATTERN, STATE_PATTERN, foreign_in, own_staged, remove_listed,
-    staged_state_path, started_mark, unlisted,
+    staged_state_path, started_mark, unlisted, without_list,
 )
 from torchtune_longshort.training.step_tokenizer import lost_tokenizer_fix
 from torchtune_longshort.training.state_words import cut_short, said, unreadable_state, zero_filled
@@ -344,7 +344,7 @@ class StepCheckpoints:
                 continue
             listed = read_names(p / MANIFEST)
             if listed is None:
-                out.append(f"{p.name}/ (no {MANIFEST})")
+                out.append(without_list(p))
                 continue
             out += [f"{p.name}/{rel}" for rel in unlisted(p, listed)]
         states = self.root / RECIPE_STATE_DIR

@@ -100,6 +100,14 @@ def unlisted(folder: Path, listed: Optional[List[str]]) -> List[str]:
             if listed_entry(q, folder) and (rel := q.relative_to(folder).as_posix()) not in names]
 
 
+def without_list(folder: Path) -> str:
+    """How a refusal names ``folder`` whose :data:`MANIFEST` names nothing: ``<name>/ (no .longshort_files)``, or,
+    where the list is there but no JSON list of names (edited, or a file of the user's by that name), that it is
+    not one: "no .longshort_files" sent the user looking for a file that was there."""
+    what = f"its {MANIFEST} is no JSON list of names" if os.path.lexists(folder / MANIFEST) else f"no {MANIFEST}"
+    return f"{folder.name}/ ({what})"
+
+
 def remove_listed(folder: Path) -> None:
     """Delete what ``folder``'s :data:`MANIFEST` lists, the list last, then the folders left empty: a file it does not
     list (a user's evaluation written beside the weights) stays, and a kill part-way leaves the list while a file it

@@ -19,7 +19,7 @@ from torchtune_longshort.training.checkpointing import (
     LATEST, MANIFEST, RECIPE_STATE_DIR, STAGING, STEP_PATTERN, PathLike,
 )
 from torchtune_longshort.training.output_aside import DISCARDED, LOCK, MARKER, REPLACED
-from torchtune_longshort.training.staging import listed_entry
+from torchtune_longshort.training.staging import listed_entry, without_list
 
 METRICS_FILE = "metrics.jsonl"  # the run's metrics, one JSON line per logged step (training.metrics.RunLog)
 # Every name the recipe writes at the top of its output folder (with step_<k> and the metric logger's log_dir when
@@ -105,7 +105,7 @@ def foreign_written(output_dir: PathLike, written_here: Sequence[str]) -> list:
     for name in written_here:
         listed, files = listed_files(Path(output_dir) / name), _logged(Path(output_dir), name)
         if listed is None and files and name != HERE:
-            out.append(f"{name}/ (no {MANIFEST})")
+            out.append(without_list(Path(output_dir) / name))
         else:
             out += sorted(_joined(name, f) for f in files if f not in (listed or ()))
     return out
