@@ -69,9 +69,13 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
     assert out[out.index("--batch_size") + 1] == "4" and out[out.index("--max_batch_size") + 1] == "8"
     assert [a for a in out if "pretrained=/p" in a] == ["pretrained=/p"]
     (tmp_path / "afile").write_text("")
+    (tmp_path / "__p").write_text("mine")
     for args, error, match in [
             (["--model_args", "pretrained=/p,batch_size=4", "--batch_size", "2"], ValueError, "give it once"),
             (["--output_path", str(tmp_path / "afile")], NotADirectoryError, "is a file, not a folder"),
+            # a file where lm-eval's <output_path>/<model> folder goes: it evaluated, then could not save
+            (["--model_args", "pretrained=/p", "--output_path", str(tmp_path)], NotADirectoryError,
+             "__p', the folder lm-eval writes the results in .* is a file, not a folder"),
             (["--output_path", "/proc/longshort_x/r.json"], PermissionError, "cannot be created"),
             (["--output_path", "/proc"], PermissionError, "does not take new files"),  # evaluated, then not saved
             (["--include_path", str(tmp_path / "absent")], FileNotFoundError, "--include_path .* does not exist"),

@@ -118,6 +118,10 @@ def check_output_path_apart(out: Sequence[str], model_arg: Callable[[str], Optio
     if longshort and "pretrained" not in named and "checkpoint_dir" in named:
         named["pretrained"] = named["checkpoint_dir"]
     written = results_folder(output_path, named)
+    if written is not None and (written.exists() or written.is_symlink()) and not written.is_dir():
+        raise NotADirectoryError(f"--output_path {output_path!r}: {str(written)!r}, the folder lm-eval writes the "
+                                 "results in (<output_path>/<model>/results_<date>.json), is a file, not a folder; "
+                                 "move it aside or name another --output_path")
     inputs += evaluation_reads(out, written)
     refuse_inside_input("--output_path", output_path, inputs, "lm-eval's results", "which this evaluation reads",
                         writes_in=[written] if written is not None else [])
