@@ -68,3 +68,24 @@ def test_a_cache_whose_owner_does_not_decode_is_refused_naming_it(tmp_path, valu
     assert str(claimed.value) == line
     db.rename(tmp_path / "c_rank0.bak.db")  # a copy set aside, no rank's file: lm-eval never opens it
     check_cache_files(str(tmp_path / "c"), {"rope": "linear:2"} if model == "longshort" else None, model)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # SqliteDict's thread, upstream
+@pytest.mark.parametrize("kind", ["text", "folder"])
+def test_a_user_file_or_folder_by_the_cache_name_is_refused_naming_it_and_kept(tmp_path, kind):
+    """A file of the user's where lm-eval opens ``<use_cache>_rank0.db`` ended the run in sqlite's traceback."""
+    db = tmp_path / "c_rank0.db"
+    if kind == "text":
+        db.write_text("my notes\n" * 20)
+    else:
+        db.mkdir()
+        (db / "notes.txt").write_text("mine")
+    before = db.read_text() if kind == "text" else (db / "notes.txt").read_text()
+    with pytest.raises((sqlite3.DatabaseError, OSError)):  # upstream's own open of it, as lm-eval does
+        with SqliteDict(str(db), autocommit=True) as d:
+            d.get("x")
+    with pytest.raises(ValueError) as refused:
+        check_cache_files(str(tmp_path / "c"), None, "hf", busy_timeout=0.2)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"--use_cache: {db} is no response cache (")
+    assert before == (db.read_text() if kind == "text" else (db / "notes.txt").read_text())

@@ -18,6 +18,7 @@ import glob
 import logging
 import sqlite3
 from contextlib import closing
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple
 
 import sqlitedict
@@ -116,7 +117,8 @@ def check_cache_files(use_cache: str, identity: Optional[Dict[str, Any]], model:
     """Before lm-eval starts (and before the model loads): raise ``ValueError`` with :func:`owner_refusal`'s line
     for each response cache ``--use_cache <use_cache>`` would hand the run that exists already. lm-eval's evaluator
     opens ``<use_cache>_rank<N>.db``, ``N`` the process's rank: each is checked, opened read-only (nothing is
-    created or signed). A file that is no such cache is left to lm-eval; one another process holds locked past
+    created or signed). A file or folder by that name that is no sqlite database is refused naming it (lm-eval
+    ended in sqlite's traceback, 'file is not a database'); one another process holds locked past
     ``busy_timeout`` seconds (a run given the same path, writing it) is refused: it was taken for no cache, and
     its owner never compared. Under ``torchrun`` / ``accelerate launch`` every process runs this check as it starts,
     before its model loads, but nothing makes the others wait for it (torch's process group forms without a
@@ -126,6 +128,8 @@ def check_cache_files(use_cache: str, identity: Optional[Dict[str, Any]], model:
         if not path[len(use_cache) + len("_rank"):-len(".db")].isdigit():
             continue
         try:
+            if Path(path).is_dir():
+                raise sqlite3.DatabaseError("a folder")
             signed = _read_signature(path, busy_timeout)
             if signed is None:
                 continue
@@ -135,6 +139,9 @@ def check_cache_files(use_cache: str, identity: Optional[Dict[str, Any]], model:
                 continue  # not a cache lm-eval would read: its own error
             why = (f"--use_cache: {path} is in use by another process (a run given the same --use_cache path holds "
                    f"it locked); wait for that run to end, or give this run its own --use_cache path")
+        except sqlite3.DatabaseError as e:  # a file of the user's by that name: lm-eval's traceback, in sqlite's words
+            why = (f"--use_cache: {path} is no response cache ({e}), and lm-eval opens that name for this run; move it "
+                   "aside, or give this run another --use_cache path")
         except (OSError, RuntimeError, sqlite3.Error):  # not a cache lm-eval would read: its own error
             continue
         if why:
