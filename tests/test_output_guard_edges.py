@@ -40,3 +40,20 @@ def test_a_folder_beside_a_target_has_a_plain_mkdirs_mode(tmp_path):
         os.umask(mask)
     assert made.parent == tmp_path / "cache" and made.name.startswith(".model.convert_")
     assert made.stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize("kind", ["file", "dangling link"])
+def test_a_file_where_the_command_makes_a_folder_is_refused_naming_it(tmp_path, kind):
+    """The BABILong generator's --out holding a file '1k': it made every row, then stopped at its own mkdir
+    ('[Errno 17] File exists'). Reference: os.makedirs(exist_ok=True), which the writer calls, fails on it."""
+    if kind == "file":
+        (tmp_path / "1k").write_text("mine")
+    else:
+        (tmp_path / "1k").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        os.makedirs(tmp_path / "1k", exist_ok=True)
+    with pytest.raises(NotADirectoryError, match=r"^--out='.*' holds '1k', a file where the command writes the "
+                       r"folder '1k/': move it away, or choose another --out$"):
+        check_output_folder(tmp_path, "--out", ["1k/qa1.jsonl", "2k/qa1.jsonl"], lambda folder: False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1k"]
+    check_output_folder(tmp_path, "--out", ["2k/qa1.jsonl", "*.png"], lambda folder: False)  # a folder it skips

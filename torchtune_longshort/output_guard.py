@@ -17,7 +17,7 @@ import shutil
 import signal
 import stat
 import threading
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.disk_space import note_room
@@ -355,17 +355,15 @@ def start_names(path: Union[str, Path]) -> None:
         tmp.unlink()
 
 
-FILE_SUFFIXES = (".json", ".jsonl", ".md", ".csv", ".png", ".pdf", ".txt", ".html")  # a new output folder's name
-# ending in one of these was meant as a file
+FILE_SUFFIXES = (".json", ".jsonl", ".md", ".csv", ".png", ".pdf", ".txt", ".html")  # a new folder named so: a file
 
 
 def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[str],
                         earlier: Callable[[Path], Union[bool, Collection[str]]]) -> None:
-    """Refuse a ``folder`` (given as ``option``) that is a file, or that holds something of a name the command
-    writes (``writes``: names or glob patterns, relative to ``folder``: ``"report.md"``, ``"*.png"``,
-    ``"1k/qa1.jsonl"``) which no earlier run of it wrote (nor a run killed part-way, :data:`WRITING`).
-    ``earlier(folder)``: True when an earlier run wrote all of them, False when none, or the paths it wrote
-    (relative, with ``/``)."""
+    """Refuse a ``folder`` (``option``) that is a file, holds a file where the command makes a folder (``1k`` of
+    ``1k/qa1.jsonl``), or holds a name it writes (``writes``: names or globs relative to ``folder``, ``"*.png"``) that
+    no earlier run of it wrote (nor a run killed part-way, :data:`WRITING`). ``earlier(folder)``: True when an
+    earlier run wrote all of them, False when none, or the paths it wrote (relative, with ``/``)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"{option}={str(folder)!r} is a file, not a folder: name a folder")
@@ -374,6 +372,11 @@ def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[
             raise ValueError(f"{option}={str(folder)!r} names a {folder.suffix} file, where the command wants the "
                              f"folder it writes its files in: name a folder, e.g. {folder.with_suffix('')}")
         return
+    other = f"another {option}" if " " not in option else "another folder"  # a description of where is no noun
+    for d in sorted({str(d) for w in writes for d in PurePosixPath(w).parents[:-1] if not glob.has_magic(str(d))}):
+        if os.path.lexists(folder / d) and not (folder / d).is_dir():  # its mkdir failed late: '[Errno 17] ...'
+            raise NotADirectoryError(f"{option}={str(folder)!r} holds {d!r}, a file where the command writes the "
+                                     f"folder '{d}/': move it away, or choose {other}")
     # with the links to nothing of the names without wildcards, which glob does not find (a write replaced them)
     present = sorted({p.relative_to(folder).as_posix() for pattern in writes for p in folder.glob(pattern)}
                      | {w for w in writes if not glob.has_magic(w) and os.path.islink(folder / w)})
@@ -382,9 +385,6 @@ def check_output_folder(folder: Union[str, Path], option: str, writes: Sequence[
     ours, killed = earlier(folder), set(read_names(folder / WRITING) or [])  # and what a killed run had written
     foreign = [] if ours is True else [n for n in present if n not in killed and (ours is False or n not in ours)]
     if foreign:
-        # an option or field is named again ("choose another --out"); a description of where, such as the model
-        # cache's folder ("the model folder in LONGSHORT_CACHE"), is not a noun to choose another of
-        other = f"another {option}" if " " not in option else "another folder"
         raise FileExistsError(
             f"{option}={str(folder)!r} holds {', '.join(map(repr, foreign[:5]))}{' ...' if len(foreign) > 5 else ''}, "
             f"which no earlier run there wrote: refusing to overwrite; choose {other}, or move those away")
