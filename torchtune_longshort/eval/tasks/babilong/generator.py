@@ -133,13 +133,12 @@ def generate(
 
     ``depths`` (e.g. ``[0, 25, 50, 75, 100]``) makes the fact-depth variant (``"0k"`` is then refused: it has no
     haystack, as BABILong's own 0k; generate it without depths); without it facts are scattered at random as in
-    BABILong. ``tokenizer`` is required
-    for any length other than ``"0k"``: lengths are counted in its tokens (give the evaluated model's). ``fit``:
-    what a label sizes, ``"input"`` or ``"prompt"`` (module doc). ``progress``: a tqdm bar over the rows (total and
-    ETA; long lengths take a while to fit). ``prompt``: with ``fit="prompt"``, the task's prompt the request is
-    sized with (its ``babilong_prompt``: ``"lm_eval"`` or ``"babilong"``). The rows of one (qa, length[, depth])
-    depend on ``seed`` and those alone (:func:`stream_seed`), not on the other tasks, lengths and depths asked.
-    """
+    BABILong. ``tokenizer`` is required for any length other than ``"0k"``: lengths are counted in its tokens (give
+    the evaluated model's). ``fit``: what a label sizes, ``"input"`` or ``"prompt"`` (module doc). ``progress``: a
+    tqdm bar over the rows (total and ETA; long lengths take a while to fit). ``prompt``: with ``fit="prompt"``, the
+    task's prompt the request is sized with (its ``babilong_prompt``: ``"lm_eval"`` or ``"babilong"``). The rows of
+    one (qa, length[, depth]) depend on ``seed`` and those alone (:func:`stream_seed`), not on the other tasks,
+    lengths and depths asked."""
     if fit not in FITS:
         raise ValueError(f"fit={fit!r}; accepted: {', '.join(FITS)}")
     try:
@@ -167,6 +166,10 @@ def generate(
     out = Path(out_dir)
     names = [f"{length}/{qa}.jsonl" for length in lengths for qa in qa_tasks]
     check_apart(out, lengths, tokenizer, haystack, names)
+    listed = out / WRITTEN  # one of the user's by that name: its '.partial' files were deleted, it was written over
+    if os.path.lexists(listed) and (not listed.is_file() or listed.stat().st_size and read_names(listed) is None):
+        raise FileExistsError(f"--out={str(out)!r} holds {WRITTEN}, which is no JSON list of names (the files this "
+                              "generator wrote there): move it away, or choose another --out")
     check_output_folder(out, "--out", names, _written)  # a file of the user's there is refused, never overwritten
     check_creatable("--out", str(out), writable=True)  # an existing folder that takes no file: a traceback
     count_tokens = load_token_counter(tokenizer, label="--tokenizer") if tokenizer else (lambda t: len(t.split()))
