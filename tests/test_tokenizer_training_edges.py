@@ -60,3 +60,24 @@ def test_ctrl_c_while_sentencepiece_reads_the_texts_is_raised_as_ctrl_c(tmp_path
     finally:
         signal.signal(signal.SIGINT, previous)
     assert not (tmp_path / "tok").exists()
+
+
+def test_the_same_texts_train_the_same_file_bytes_in_any_folder(tmp_path):
+    """One tokenizer, one file: sentencepiece recorded the temporary model_prefix it wrote through in the model, so
+    two trainings of the same texts into two folders gave equal pieces (the reference, read back by sentencepiece)
+    but different bytes, and a tokenizer's checksum named no tokenizer."""
+    import sentencepiece as spm
+
+    from torchtune_longshort.data.tokenizer_training import train_sentencepiece
+
+    texts = ["def f(x):\n    return x + 1\n", "class A:\n    pass\n"] * 3
+    a = train_sentencepiece(texts, tmp_path / "a", vocab_size=300)
+    b = train_sentencepiece(texts, tmp_path / "deeper" / "b", vocab_size=300)
+
+    def pieces(f):
+        sp = spm.SentencePieceProcessor(model_file=str(f))
+        return [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+
+    assert pieces(a) == pieces(b) and len(pieces(a)) == 300
+    assert a.read_bytes() == b.read_bytes()
+    assert str(tmp_path).encode() not in a.read_bytes()

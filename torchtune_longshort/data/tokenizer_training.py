@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Union
 
@@ -98,17 +96,18 @@ def train_sentencepiece(
         raise ValueError(f"vocab_size={vocab_size}: needs >= {MIN_VOCAB} (256 byte pieces + specials + merges)")
     out_dir = Path(out_dir)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        prefix = str(Path(tmp) / "sp")
-        try:
-            _train(spm, _lines(texts, max_sentences), vocab_size, model_prefix=prefix)
-        except RuntimeError as e:
-            below = _BELOW_CHARS.search(str(e))
-            if below is None:
-                raise
-            raise VocabBelowCharacters(int(below.group(1)), int(below.group(2))) from None
-        out_dir.mkdir(parents=True, exist_ok=True)  # once trained: a refused vocab_size leaves no folder
-        shutil.copy(prefix + ".model", out_dir / SENTENCEPIECE_FILE)
+    # into memory, not a model_prefix: sentencepiece records the prefix in the model's trainer_spec, so a temporary
+    # folder's name made the same tokenizer's bytes differ from run to run (its pieces did not)
+    model = io.BytesIO()
+    try:
+        _train(spm, _lines(texts, max_sentences), vocab_size, model_writer=model)
+    except RuntimeError as e:
+        below = _BELOW_CHARS.search(str(e))
+        if below is None:
+            raise
+        raise VocabBelowCharacters(int(below.group(1)), int(below.group(2))) from None
+    out_dir.mkdir(parents=True, exist_ok=True)  # once trained: a refused vocab_size leaves no folder
+    (out_dir / SENTENCEPIECE_FILE).write_bytes(model.getvalue())
     _write_hf_tokenizer_files(out_dir)
     return out_dir / SENTENCEPIECE_FILE
 
