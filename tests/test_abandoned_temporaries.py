@@ -65,6 +65,11 @@ def test_a_later_write_removes_what_a_killed_writer_left_a_day_ago_and_nothing_e
             (tmp_path / name).write_text(content)
         _age(tmp_path / name, old)
     (tmp_path / ".x.txt.5eedf00d.tmp").write_text("a live writer's")  # fresh
+    if os.geteuid() == 0:  # another user's (only root can give a file away)
+        kept[".x.txt.22222222.tmp"] = "another user's"
+        (tmp_path / ".x.txt.22222222.tmp").write_text("another user's")
+        os.chown(tmp_path / ".x.txt.22222222.tmp", 12345, 12345)
+        _age(tmp_path / ".x.txt.22222222.tmp", old)
     (tmp_path / "linked.txt").write_text("linked")
     os.link(tmp_path / "linked.txt", tmp_path / ".x.txt.11111111.tmp")
     _age(tmp_path / ".x.txt.11111111.tmp", old)
@@ -95,3 +100,17 @@ def test_a_fresh_leftover_stays_until_it_is_a_day_old(tmp_path):
     _age(tmp_path / left, ABANDONED_AFTER_S + 60)
     atomic_write_text(tmp_path / "x.txt", "again")
     assert not os.path.lexists(tmp_path / left) and (tmp_path / "x.txt").read_text() == "again"
+
+
+def test_a_targets_name_with_glob_characters_an_hour_old_leftover_and_a_quiet_caller(tmp_path, capsys):
+    """``remove_abandoned_temporaries`` itself: a target named ``x[1].txt`` (its leftovers found by that literal name,
+    not as a pattern), a leftover two hours old kept (a day is the README's word), ``say=False`` prints nothing."""
+    from torchtune_longshort.temporary_files import remove_abandoned_temporaries
+
+    target = tmp_path / "x[1].txt"
+    for name, age in ((".x[1].txt.0123abcd.tmp", ABANDONED_AFTER_S + 60), (".x[1].txt.4567cdef.tmp", 2 * 3600)):
+        (tmp_path / name).write_text("half")
+        _age(tmp_path / name, age)
+    assert remove_abandoned_temporaries(target, say=False) == [".x[1].txt.0123abcd.tmp"]
+    assert capsys.readouterr().err == ""
+    assert sorted(os.listdir(tmp_path)) == [".x[1].txt.4567cdef.tmp"]

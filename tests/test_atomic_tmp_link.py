@@ -79,3 +79,25 @@ def test_a_killed_writes_temporary_file_in_a_run_folder_is_the_recipes(tmp_path)
             raise KeyboardInterrupt
     assert len(made) == 1 and written_by_recipe(made[0])
     assert not written_by_recipe(made[0].replace("latest", "notes")) and not written_by_recipe(".latest.partial")
+
+
+def test_a_users_file_at_a_drawn_temporary_name_is_never_opened_and_a_failed_claim_leaves_none(tmp_path, monkeypatch):
+    """The random name drawn is one a user's file already has: another is drawn (O_EXCL), the file untouched; a
+    ``_claim`` that fails takes back the temporary file it was given. Hand mutants (no O_EXCL: the user's file
+    truncated and written; no unlink on failure) survived the tests above."""
+    from torchtune_longshort import temporary_files
+
+    drawn = iter(["0000aaaa", "0000bbbb", "0000cccc"])
+    monkeypatch.setattr(temporary_files.secrets, "token_hex", lambda n: next(drawn))
+    (tmp_path / ".x.txt.0000aaaa.tmp").write_text("mine")
+    tmp, f = temporary_files.new_temporary(tmp_path / "x.txt", "w")
+    with f:
+        f.write("the call's")
+    assert tmp.name == ".x.txt.0000bbbb.tmp" and (tmp_path / ".x.txt.0000aaaa.tmp").read_text() == "mine"
+
+    def claim(path):
+        raise OSError("record full")
+
+    with pytest.raises(OSError, match="record full"):
+        temporary_files.new_temporary(tmp_path / "x.txt", "w", _claim=claim)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".x.txt.0000aaaa.tmp", ".x.txt.0000bbbb.tmp"]
