@@ -147,13 +147,16 @@ def test_temporary_folders_a_killed_process_left_are_removed_by_the_next_one(tmp
         (tmp_path / name).mkdir()
         (tmp_path / name / "part.safetensors").write_text("x")
     past = time.time() - ABANDONED_AFTER_S - 60
-    for name in names:
-        if name.endswith("_old"):
+    os.symlink(tmp_path / "model.converting_old", tmp_path / ".model.converting_link")  # to a user's folder
+    (tmp_path / ".model.converting_file").write_text("a user's file")  # not a folder
+    for name in [*names, ".model.converting_file"]:
+        if name.endswith(("_old", "_file")):
             os.utime(tmp_path / name, (past, past))
     mine = folder_beside(target, "converting")
     assert mine.name.startswith(".model.converting_") and mine.is_dir()
     left = sorted(p.name for p in tmp_path.iterdir() if p != mine)
-    assert left == [".model.converting_fresh", ".model.training_old", "model.converting_old"]
+    assert left == [".model.converting_file", ".model.converting_fresh", ".model.converting_link",
+                    ".model.training_old", "model.converting_old"]
     assert capsys.readouterr().err.count("removed 1 temporary folder a killed process left") == 1
 
 

@@ -35,3 +35,14 @@ def test_a_path_that_exists_as_a_file_has_no_missing_root(tmp_path):
     f.write_text("theirs\n")
     assert os.path.exists(f) and missing_root(f) is None
     assert missing_root(tmp_path / "new" / "x") == tmp_path / "new"
+
+
+def test_a_users_empty_folders_stay_where_nothing_was_made_or_the_path_is_outside_what_was(tmp_path):
+    """Nothing made (``root`` None), or a ``path`` that is not under the ``root`` made: each empty folder of the
+    user's stays (hand mutants that dropped either check removed them, and every empty parent above)."""
+    mine = tmp_path / "mine" / "empty"
+    os.makedirs(mine)
+    remove_made_folders(mine, None)
+    os.makedirs(tmp_path / "made")
+    remove_made_folders(mine, tmp_path / "made")
+    assert mine.is_dir() and sorted(os.listdir(tmp_path)) == ["made", "mine"]
