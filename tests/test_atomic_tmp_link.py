@@ -79,6 +79,10 @@ def test_a_killed_writes_temporary_file_in_a_run_folder_is_the_recipes(tmp_path)
             raise KeyboardInterrupt
     assert len(made) == 1 and written_by_recipe(made[0])
     assert not written_by_recipe(made[0].replace("latest", "notes")) and not written_by_recipe(".latest.partial")
+    # a step folder's exact name, and the <name>.tmp of older versions and atomic_torch_save, are the recipe's;
+    # a user's step_notes is not (a hand mutant that took any step_* as the recipe's survived)
+    assert written_by_recipe("step_12") and written_by_recipe("latest.tmp") and written_by_recipe("step_3.tmp")
+    assert not written_by_recipe("step_notes") and not written_by_recipe("step_3b") and not written_by_recipe("step_")
 
 
 def test_a_users_file_at_a_drawn_temporary_name_is_never_opened_and_a_failed_claim_leaves_none(tmp_path, monkeypatch):

@@ -158,3 +158,30 @@ def test_a_users_file_in_the_folder_a_killed_start_set_the_earlier_run_aside_in_
                                               r"move it out of '.*/run/.replaced'"):
         claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",))
     assert [p for p in tree(run) if p != ".lock"] == left and (run / ".replaced" / "notes.txt").read_text() == "mine"
+
+
+def test_what_the_folder_checks_take_as_the_recipes_in_a_hand_built_folder(tmp_path):
+    """``written_files``' checks on a folder built by hand (no run, no model): a link named ``latest`` is of another
+    kind; with the logger writing into the output folder itself and no list there, a user's note is foreign; a
+    killed write of the top list is removed, and one beside the list of a log folder that is a link to a user's
+    folder is not. Hand mutants of each of those checks survived the run-level tests."""
+    import os
+
+    from torchtune_longshort.training.written_files import (
+        HERE, entries_of_another_kind, foreign_written, remove_killed_writes,
+    )
+
+    out, theirs = tmp_path / "run", tmp_path / "theirs"
+    out.mkdir(), theirs.mkdir()
+    (theirs / "step.txt").write_text("step_2")
+    os.symlink(theirs / "step.txt", out / "latest")
+    assert entries_of_another_kind(out) == ["latest"] and entries_of_another_kind(out, resume=True) == ["latest"]
+    os.unlink(out / "latest")
+    (out / "notes.txt").write_text("mine")
+    assert foreign_written(out, (HERE,)) == ["notes.txt"]
+    for folder in (out, theirs):
+        (folder / "..longshort_files.0123abcd.tmp").write_text("half")
+    os.symlink(theirs, out / "logs")
+    assert remove_killed_writes(out, ("logs",)) == ["..longshort_files.0123abcd.tmp"]
+    assert sorted(os.listdir(theirs)) == ["..longshort_files.0123abcd.tmp", "step.txt"]
+    assert sorted(os.listdir(out)) == ["logs", "notes.txt"]
