@@ -125,3 +125,26 @@ def test_a_save_killed_between_the_renames_of_a_step_it_replaces_keeps_that_step
     check_checkpoint_folder(out / "step_4")
     assert ckpts.steps() == [2, 4] and not (out / ".staging").exists()
     assert ckpts.steps(resumable=True) == [2]  # the killed save's state is not moved in beside the old weights
+
+
+@pytest.mark.parametrize("keep, names, left", [
+    (1, ["step_9.pt", "step_10.pt"], ["step_10.pt"]),  # by step number: step_10 is the newer
+    (3, ["step_1.pt", "step_2.pt"], ["step_1.pt", "step_2.pt"]),  # fewer than keep: none goes
+])
+def test_the_states_kept_are_the_newest_by_step_number_and_an_incomplete_folder_is_no_step(tmp_path, keep, names,
+                                                                                          left):
+    """``StepCheckpoints``' pruning and step list on a hand-built folder (no model): hand mutants that sorted the
+    states as text (deleting step_10's, the newest), sliced past the start with keep above their number (deleting
+    one kept), or counted a step folder without its files as a step, survived the run-level tests."""
+    import os
+
+    from torchtune_longshort.training.checkpointing import RECIPE_STATE_DIR, StepCheckpoints
+
+    (tmp_path / RECIPE_STATE_DIR).mkdir()
+    for name in names:
+        (tmp_path / RECIPE_STATE_DIR / name).write_bytes(b"state")
+    (tmp_path / "step_3").mkdir()  # a folder of that name without a checkpoint's files
+    ckpts = StepCheckpoints(tmp_path, keep=keep)
+    ckpts._prune_states()
+    assert sorted(os.listdir(tmp_path / RECIPE_STATE_DIR)) == sorted(left)
+    assert ckpts.steps() == [] and ckpts.latest() is None
