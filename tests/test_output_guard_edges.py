@@ -57,3 +57,17 @@ def test_a_file_where_the_command_makes_a_folder_is_refused_naming_it(tmp_path, 
         check_output_folder(tmp_path, "--out", ["1k/qa1.jsonl", "2k/qa1.jsonl"], lambda folder: False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1k"]
     check_output_folder(tmp_path, "--out", ["2k/qa1.jsonl", "*.png"], lambda folder: False)  # a folder it skips
+
+
+def test_a_replaced_name_outside_what_the_command_writes_is_not_removed(tmp_path):
+    """``undone_on_failure``'s ``replaces`` (an earlier record's names) removes only those the command writes
+    (``patterns``): a user's ``notes.txt`` named there stays, a stale ``old.png`` goes (a hand mutant that removed
+    every replaced name survived)."""
+    from torchtune_longshort.output_guard import atomic_write_text, undone_on_failure
+
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "old.png").write_bytes(b"png")
+    with undone_on_failure(tmp_path, ["report.md", "*.png"], replaces=["notes.txt", "old.png"]):
+        atomic_write_text(tmp_path / "report.md", "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "report.md"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
