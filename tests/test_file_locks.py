@@ -105,3 +105,18 @@ def test_a_link_to_nothing_at_the_locks_name_is_refused_not_tried_forever(tmp_pa
     p = run_bounded(code, lock, spun="flock_named went round a link to nothing")
     assert p.returncode == 0 and "is a symbolic link to nothing" in p.stdout, p.stdout + p.stderr
     assert os.readlink(lock) == str(tmp_path / "gone") and not os.path.lexists(tmp_path / "gone")
+
+
+def test_a_second_call_waits_for_the_first_calls_lock(tmp_path):
+    """Two flock_named calls on one file exclude each other (a hand mutant taking a shared lock let both in)."""
+    path = tmp_path / "x.lock"
+    first, _ = flock_named(path, os.O_RDWR)
+    calls = []
+
+    def waiting():
+        calls.append(1)
+        os.close(first)
+
+    fd, made = flock_named(path, os.O_RDWR, waiting)
+    os.close(fd)
+    assert calls == [1] and not made
