@@ -7,6 +7,8 @@ import shutil
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 from torchtune_longshort.training.bootstrap import stdlib_sentencepiece_tokenizer
 
 
@@ -46,3 +48,17 @@ def test_training_and_reuse_are_said(tmp_path, caplog):
         stdlib_sentencepiece_tokenizer(str(cached), vocab_size=512, train_files_limit=3)
     assert _lines(caplog) == [f"Tokenizer: reusing {cached / 'tokenizer.model'}, already there (not trained again; "
                               "its vocab_size is its own: remove the folder to train it anew)"]
+
+
+@pytest.mark.parametrize("named", ["notes.txt", "tok"], ids=["users_file", "folder_with_a_bad_tokenizer_model"])
+def test_a_tokenizer_it_cannot_read_is_refused_with_no_reuse_line_before(tmp_path, caplog, named):
+    """A user's file that is no SentencePiece model (or a folder whose tokenizer.model is none): the refusal comes
+    alone; 'reusing ... remove the folder to train it anew' was said first (the file's: its user's folder)."""
+    caplog.set_level(logging.INFO)
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    (tmp_path / "tok" / "tokenizer.model").write_text("no model\n")
+    with pytest.raises(RuntimeError, match="ModelProto"):  # the reference: sentencepiece's own refusal of the file
+        stdlib_sentencepiece_tokenizer(str(tmp_path / named), vocab_size=512, train_files_limit=3)
+    assert _lines(caplog) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "tok"]

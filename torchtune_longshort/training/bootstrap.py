@@ -52,7 +52,10 @@ def stdlib_sentencepiece_tokenizer(
     from torchtune.models.llama2 import llama2_tokenizer
 
     model_file = sentencepiece_file(path)
-    folder = model_file.parent
+    folder, is_folder = model_file.parent, not Path(path).expanduser().is_file()
+    # a folder trained by an earlier run, said once a process (the config check reads it too) and once read: a file
+    # it cannot read is refused alone; a file the user named is loaded as is ("remove the folder" named its folder)
+    reused = is_folder and model_file.is_file() and folder.resolve() not in _HELD
     if not model_file.is_file() and Path(path).suffix == ".model":
         # a tokenizer.model the user named (a base they bring): load it, never train a folder by that name
         raise FileNotFoundError(f"tokenizer path={str(path)!r}: no such SentencePiece file (pass a tokenizer folder "
@@ -69,12 +72,13 @@ def stdlib_sentencepiece_tokenizer(
             else:  # put in place between the look above and the lock
                 _say(f"Tokenizer: {model_file} was trained by another process meanwhile (another rank of this run, "
                      "or a run started at the same time); using it")
-    elif Path(path).suffix != ".model" and folder.resolve() not in _HELD:  # once a process (the config check reads it)
+    if is_folder:  # a tokenizer folder (trained here or not): read while we run
+        _hold(folder)
+    tokenizer = llama2_tokenizer(str(model_file), max_seq_len=max_seq_len)
+    if reused:
         _say(f"Tokenizer: reusing {model_file}, already there (not trained again; its vocab_size is its own: "
              "remove the folder to train it anew)")
-    if not Path(path).expanduser().is_file():  # a tokenizer folder (trained here or not): read while we run
-        _hold(folder)
-    return llama2_tokenizer(str(model_file), max_seq_len=max_seq_len)
+    return tokenizer
 
 
 @contextlib.contextmanager
