@@ -35,7 +35,14 @@ def _from_scratch_after_setup(run, tiny_llama2_dir):
     commit_step(run, 0, tiny_llama2_dir, state=False)
 
 
-@pytest.mark.parametrize("killed", [_from_checkpoint, _from_scratch_in_setup, _from_scratch_after_setup])
+def _from_scratch_beside_a_users_step_file(run, tiny_llama2_dir):
+    """As above, and a user's file ``step_1`` there: the overwrite the line advised alone was refused for it."""
+    _from_scratch_after_setup(run, tiny_llama2_dir)
+    (run / "step_1").write_text("mine")
+
+
+@pytest.mark.parametrize("killed", [_from_checkpoint, _from_scratch_in_setup, _from_scratch_after_setup,
+                                    _from_scratch_beside_a_users_step_file])
 def test_a_resume_of_a_run_killed_before_its_first_save_names_only_what_is_there(tmp_path, tiny_llama2_dir, killed):
     run = recipe_made(tmp_path / "run")
     killed(run, tiny_llama2_dir)
@@ -46,5 +53,10 @@ def test_a_resume_of_a_run_killed_before_its_first_save_names_only_what_is_there
     assert "a run killed before its first save leaves" in line, line
     assert ("step_0" in line) == os.path.isdir(run / "step_0"), line
     assert "start it again with overwrite_output_dir=True" in line, line
+    if (run / "step_1").is_file():  # the user's file is named, to be moved out first: the overwrite keeps it
+        assert "'step_1 (a file, not a step folder)', which this recipe did not write: move that out of it" in line
+        with pytest.raises(FileExistsError, match="step_1"):
+            check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))
+        (run / "step_1").rename(tmp_path / "step_1")
     # the advice: the folder's rules take that overwrite
     check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))

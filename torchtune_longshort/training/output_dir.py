@@ -41,7 +41,9 @@ from torchtune_longshort.training.written_files import (
     HERE, files_under, entries_of_another_kind, foreign_written, record_written, remove_killed_writes,
     written_by_recipe,
 )
-from torchtune_longshort.training.overwrite_rules import Input, check_deletable, deletion_rank, foreign_entries
+from torchtune_longshort.training.overwrite_rules import (
+    Input, check_deletable, deletion_rank, foreign_entries, overwrite_advice,
+)
 
 def prepare_output_dir(
     output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
@@ -94,7 +96,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
             # killed before that, leaves none (the line said "leaves only step_0" there too)
             left = "only step_0" if StepCheckpoints(out).path(0).is_dir() else "no step folder"
             hint = ((StepCheckpoints(out).why_not_resumable() or f"a run killed before its first save leaves {left}: "
-                     "start it again with overwrite_output_dir=True") if (out / MARKER).is_file() else
+                     f"{overwrite_advice(out, protect, written_here)}") if (out / MARKER).is_file() else
                     "it does not exist: start the run without resume=True" if not out.exists() else
                     StepCheckpoints(out).not_made_here())
             raise FileNotFoundError(

@@ -32,6 +32,29 @@ def _contains(folder: Path, path: Path) -> bool:
 
 def deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequence[str]) -> Optional[str]:
     """Why the resolved folder ``real`` may not be deleted (None: it may)."""
+    place = _place_refusal(real, protect)
+    if place:
+        return place
+    held = _held_refusal(real, written_here)
+    return f"it holds {held}" if held else None
+
+
+def overwrite_advice(out: Path, protect: Sequence[Input], written_here: Sequence[str] = ()) -> str:
+    """How to start a run the recipe made again with ``overwrite_output_dir=True`` so that the overwrite is taken: as
+    is, or once what the user keeps there is moved out (named), or another ``output_dir`` where the folder is one the
+    overwrite never deletes. A resume refused advised the overwrite alone, which a user's file there then refused."""
+    real = out.resolve()
+    place = _place_refusal(real, protect)
+    if place:
+        return f"choose another output_dir (overwrite_output_dir=True would not delete it: {place})"
+    held = _held_refusal(real, written_here)
+    if held:
+        return f"output_dir also holds {held}: move that out of it, then start it again with overwrite_output_dir=True"
+    return "start it again with overwrite_output_dir=True"
+
+
+def _place_refusal(real: Path, protect: Sequence[Input]) -> Optional[str]:
+    """Why the folder ``real`` is never deleted, whatever it holds (None: it may be, for what it holds)."""
     if real == Path(real.anchor):
         return "it is a filesystem root"
     try:
@@ -55,14 +78,20 @@ def deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequenc
             return f"it holds {what}, which this run reads"
         if p in real.parents:
             return f"it lies inside {what}, which this run reads"
+    return None
+
+
+def _held_refusal(real: Path, written_here: Sequence[str]) -> Optional[str]:
+    """What the folder ``real`` holds that the recipe did not write, which keeps an overwrite from deleting it (the
+    clause after 'it holds'), or None."""
     nested = sorted(str(m.parent.relative_to(real)) for top in real.iterdir() if top.is_dir() and not top.is_symlink()
                     for m in top.glob(f"**/{MARKER}"))  # a link is not followed (its target: any tree, / too)
     if nested:  # e.g. a run whose output_dir was inside this run's step_<k>, its checkpoint_dir
-        return f"it holds {nested[0]!r}, the output folder of another run"
+        return f"{nested[0]!r}, the output folder of another run"
     foreign = foreign_entries(real, written_here)
     if foreign:
-        return (f"it holds {', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this "
-                "recipe did not write")
+        return (f"{', '.join(repr(n) for n in foreign[:5])}{' ...' if len(foreign) > 5 else ''}, which this recipe "
+                "did not write")
     return None
 
 
