@@ -84,6 +84,12 @@ def test_resume_keeps_a_users_file_in_a_step_folder_it_would_write_again(tmp_pat
     (run / "step_2" / "eval.json").write_text("mine")  # step_2 is resumed from, not written again
     (run / "step_4" / "eval" / "results.json").unlink()
     check_output_dir(run, resume=True, overwrite=False)
+    # a user's step_9/ past the run's max_steps: never written by it (it was refused as one it would replace)
+    (run / "step_9").mkdir()
+    (run / "step_9" / "notes.txt").write_text("mine")
+    check_output_dir(run, resume=True, overwrite=False, max_steps=4)
+    with pytest.raises(FileExistsError, match=r"resume=True would replace step_9 .*'step_9/ \(no \.longshort_files"):
+        check_output_dir(run, resume=True, overwrite=False, max_steps=9)
 
 
 @pytest.mark.parametrize("where", ["step_4/my_evals", "logs/shared_tb"])

@@ -323,13 +323,15 @@ class StepCheckpoints:
             self.staging_root.rmdir()
         return final
 
-    def foreign_files(self, resumable_only: bool = False) -> List[str]:
+    def foreign_files(self, resumable_only: bool = False, through: Optional[int] = None) -> List[str]:
         """Files under the step folders and ``recipe_state/`` that the recipe did not write (``step_<k>/<path>``),
         sorted: a step folder's are those its :data:`MANIFEST` does not list; a step folder without one (the recipe
         commits none without it: made by hand, or by a version before the list) is named whole, ``step_<k>/ (no
         .longshort_files)``. ``resumable_only``: only the step folders a run resumed now would write again (those
-        newer than the step it resumes from). A file or symbolic link named like a step folder is named too (``step_<k>
-        (a file, not a step folder)``): overwrite deleted it, a resume moved it into ``.staging/``."""
+        newer than the step it resumes from, and, given ``through``, not past that step: a run never saves past its
+        ``max_steps``; a user's ``step_5/`` beside a run of 2 steps was refused as one it would replace). A file or
+        symbolic link named like a step folder is named too (``step_<k> (a file, not a step folder)``): overwrite
+        deleted it, a resume moved it into ``.staging/``."""
         if not self.root.is_dir():
             return []
         start = self.latest(resumable=True) if resumable_only else None
@@ -337,7 +339,7 @@ class StepCheckpoints:
         out = []
         for p in sorted(self.root.iterdir()):
             m = STEP_PATTERN.match(p.name)
-            if not (m and int(m.group(1)) >= first):
+            if not m or int(m.group(1)) < first or (through is not None and int(m.group(1)) > through):
                 continue
             if p.is_symlink() or not p.is_dir():  # the recipe commits step folders only: a file or link is a user's
                 out.append(f"{p.name} ({'a symbolic link' if p.is_symlink() else 'a file, not a step folder'})")

@@ -47,7 +47,7 @@ from torchtune_longshort.training.overwrite_rules import (
 
 def prepare_output_dir(
     output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
-    written_here: Sequence[str] = (),
+    written_here: Sequence[str] = (), max_steps: Optional[int] = None,
 ) -> Path:
     """Check the output directory rules before anything is built or written.
 
@@ -62,7 +62,8 @@ def prepare_output_dir(
     Returns the folder as a Path (created, with its marker, if needed).
     """
     out = Path(output_dir)
-    check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+    check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here,
+                     max_steps=max_steps)
     if resume:
         return out
     if out.exists() and any(p.name != LOCK for p in out.iterdir()):
@@ -78,8 +79,9 @@ def prepare_output_dir(
 
 
 def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
-                     written_here: Sequence[str] = ()) -> None:
-    """The rules of :func:`prepare_output_dir`, checked without touching anything."""
+                     written_here: Sequence[str] = (), max_steps: Optional[int] = None) -> None:
+    """The rules of :func:`prepare_output_dir`, checked without touching anything; ``max_steps``: the last step the
+    run trains (a resume never writes a step folder past it: a user's ``step_5/`` there stays, untouched)."""
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"output_dir={str(out)!r} is a file, not a folder: choose another output_dir")
@@ -108,7 +110,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
             raise FileNotFoundError(f"resume=True would continue output_dir={str(out)!r} from {latest.name}, an older "
                                     f"step than its newest: {moved} (or, to go on from {latest.name}, delete that "
                                     "state)")
-        foreign = StepCheckpoints(out).foreign_files(resumable_only=True)
+        foreign = StepCheckpoints(out).foreign_files(resumable_only=True, through=max_steps)
         if foreign:  # a newer step folder than the one resumed from is written again, its old copy deleted
             first = foreign[0].split("/")[0].split(" (")[0]
             raise FileExistsError(f"resume=True would {'clear' if first == STAGING else 'replace'} {first} of "
@@ -351,7 +353,7 @@ def _part_deleted(aside: Path, found: str) -> bool:
 
 
 def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, protect: Sequence[Input] = (),
-                     written_here: Sequence[str] = ()) -> "OutputDirLock":
+                     written_here: Sequence[str] = (), max_steps: Optional[int] = None) -> "OutputDirLock":
     """Check the rules (before the lock file is written), take the folder's lock, then prepare a new folder
     (:func:`prepare_output_dir`). Returns the held lock; its ``made_folder`` says whether this call created the
     folder (:meth:`OutputDirLock.release` can then take it back). An earlier run that ``overwrite`` replaces stays
@@ -359,8 +361,9 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
     out = Path(output_dir)
     made, made_root = not out.exists(), missing_root(out)
     mend = out.is_dir() and any((out / n).is_dir() for n in (REPLACED, DISCARDED))  # an overwrite start killed
+    rules = dict(resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
     if not mend:
-        check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+        check_output_dir(out, **rules, max_steps=max_steps)
     lock = OutputDirLock(output_dir)
     lock.made_folder, lock.made_root = made, made_root
     try:  # a refusal or a full disk from here leaves no lock, marker or folder of this call's
@@ -368,12 +371,11 @@ def claim_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
         if mend:  # under the lock: a live run's start in progress refuses
             _check_aside(out, written_here)
             mend_interrupted_start(out)
-            check_output_dir(out, resume=resume, overwrite=overwrite, protect=protect, written_here=written_here)
+            check_output_dir(out, **rules, max_steps=max_steps)
         if not resume and not made and any(p.name != LOCK for p in out.iterdir()):  # allowed: overwrite
             lock.earlier_run = (tuple(protect), tuple(written_here))
         else:
-            prepare_output_dir(output_dir, resume=resume, overwrite=overwrite, protect=protect,
-                               written_here=written_here)
+            prepare_output_dir(output_dir, **rules, max_steps=max_steps)
     except BaseException:
         lock.release(discard=True)  # written_here not set yet: nothing there is listed as this run's
         if made:

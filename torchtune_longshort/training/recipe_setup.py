@@ -186,7 +186,8 @@ class RecipeSetup:
         resume = self.config.resume
         if self._is_rank_zero:
             self._lock = claim_output_dir(self.output_dir, resume=resume, overwrite=self.config.overwrite_output_dir,
-                                          protect=input_paths(self.config), written_here=written_names(self.config))
+                                          protect=input_paths(self.config), written_here=written_names(self.config),
+                                          max_steps=self.max_steps)
         self._barrier()
         self.ckpts = StepCheckpoints(self.output_dir, keep=self.config.keep_recipe_states)
         self._resume_dir = self.ckpts.latest(resumable=True) if resume else None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
 from torchtune_longshort.training.checkpointing import LATEST, RECIPE_STATE_DIR
+from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.output_dir import check_output_dir
 from torchtune_longshort.training.written_files import HERE, METRICS_FILE, WRITTEN_HERE
 from torchtune_longshort.config.fields import ComponentSection
@@ -153,7 +154,8 @@ def check_overwrite(config: RecipeConfig, as_written: Optional[Mapping[str, Opti
         _refuse_inside_input("profiler.output_dir", config.trace_dir, apart, "the profiler's traces")
     refuse_glob_read_back(config, inputs)
     check_output_dir(out, resume=config.resume, overwrite=config.overwrite_output_dir, protect=inputs,
-                     written_here=written_names(config))
+                     written_here=written_names(config),
+                     max_steps=trained_steps(config.max_steps, config.equal_compute_overhead, config.loss.alpha))
     if config.resume:
         _refuse_linked_folders(out.resolve(), [(f, (as_written or {}).get(f)) for f, used in zip(
             WRITTEN_FOLDERS, (log_dir, config.trace_dir)) if used])
