@@ -37,6 +37,26 @@ def test_a_lock_whose_pid_was_reused_is_stale(tmp_path):
         other.wait()
 
 
+@pytest.mark.parametrize("kind", ["text", "folder", "link"])
+def test_a_users_file_named_lock_is_refused_and_kept(tmp_path, kind):
+    """A ``.lock`` that no start wrote (a user's notes, a folder, a link) is no stale lock: before, a file was
+    deleted and the folder taken; now the start is refused, naming it, and it is left as it was."""
+    from torchtune_longshort.training.output_dir import OutputDirInUse, OutputDirLock
+
+    lock = tmp_path / ".lock"
+    if kind == "text":
+        lock.write_text("my notes\n")
+    elif kind == "folder":
+        (lock / "inner").mkdir(parents=True)
+    else:
+        lock.symlink_to(tmp_path / "elsewhere")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    with pytest.raises(OutputDirInUse, match="holds '.lock', which is not a lock file this project wrote"):
+        OutputDirLock(tmp_path).acquire()
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert kind != "text" or lock.read_text() == "my notes\n"
+
+
 def test_a_lock_file_created_but_not_yet_written_is_held(tmp_path):
     """Another run creates the lock file (O_EXCL) a moment before it writes its PID. An empty lock file was read as
     stale: a second run starting in that moment took the lock as well. Now an empty file is read again until it is

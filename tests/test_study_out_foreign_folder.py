@@ -27,20 +27,29 @@ def _generators(folder: Path) -> None:  # the names the BABILong generator write
     (folder / ".longshort_babilong.json").write_text('["1k/qa1.jsonl"]\n')
 
 
-@pytest.mark.parametrize("where", ["users", "dot", "generators"])
+def _lock_named(folder: Path) -> None:  # a user's file named as the study's lock: it was deleted as a stale lock
+    folder.mkdir(parents=True)
+    (folder / ".lock").write_text("my notes\n")
+
+
+@pytest.mark.parametrize("where", ["users", "dot", "generators", "lock"])
 def test_an_out_holding_files_no_study_wrote_is_refused_before_anything_runs(where, tmp_path, monkeypatch, capsys):
     import torchtune_longshort.study.__main__ as study_main
 
     monkeypatch.setattr(study_main, "preflight", lambda *a, **k: pytest.fail("the pre-flight ran"))
     folder = tmp_path / "mine"
-    (_generators if where == "generators" else _users)(folder)
+    {"generators": _generators, "lock": _lock_named}.get(where, _users)(folder)
     monkeypatch.chdir(folder)
     before = sorted(os.listdir(folder))
     out = "." if where == "dot" else str(folder)
     rc = study_main.main(["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT), "--out", out])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "--out (or the config's output_dir)" in err, err
-    assert "is not a study's folder (no .longshort_study)" in err and "new or empty folder" in err, err
+    if where == "lock":
+        assert "holds '.lock', which is not a lock file this project wrote" in err, err
+        assert (folder / ".lock").read_text() == "my notes\n"
+    else:
+        assert "is not a study's folder (no .longshort_study)" in err and "new or empty folder" in err, err
     assert sorted(os.listdir(folder)) == before and sorted(os.listdir(tmp_path)) == ["mine"]
 
 

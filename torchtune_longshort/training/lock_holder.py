@@ -71,6 +71,19 @@ def read_holder(lock: Path) -> Tuple[Optional[int], Optional[str]]:
         return None, None
 
 
+def written_as_lock(lock: Path) -> bool:
+    """Whether ``lock`` is a lock file as a start writes it: a plain file (not a link), empty (a start killed between
+    its create and its write) or ``<pid>[ <start>]``. Anything else under that name (a user's notes, a folder) is no
+    lock to take over: deleting it as a stale one lost the user's file."""
+    if lock.is_symlink() or not lock.is_file():
+        return False
+    try:
+        fields = lock.read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return len(fields) <= 2 and all(f.isdigit() for f in fields)
+
+
 def _empty(lock: Path) -> bool:
     try:
         return lock.stat().st_size == 0

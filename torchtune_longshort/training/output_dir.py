@@ -28,7 +28,7 @@ from torchtune_longshort.made_folders import missing_root, remove_made_folders
 from torchtune_longshort.output_guard import atomic_write_text
 from torchtune_longshort.refusals import Refusal
 from torchtune_longshort.training.lock_holder import (
-    folder_flock, holder_alive, process_start, read_holder, written_holder,
+    folder_flock, holder_alive, process_start, read_holder, written_as_lock, written_holder,
 )
 from torchtune_longshort.training.output_aside import (
     DISCARDED, LOCK, MARKER, REPLACED, mend_interrupted_start, nothing_written, remove_tree as _remove,
@@ -168,6 +168,11 @@ class OutputDirLock:
                 try:
                     fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 except FileExistsError:
+                    if not written_as_lock(self.path):  # a user's file or folder named .lock: theirs, kept
+                        raise OutputDirInUse(
+                            f"{self.field}={str(self.path.parent)!r} holds {self.path.name!r}, which is not a lock "
+                            f"file this project wrote (a file or folder of another kind or content): move it away, or "
+                            f"choose another {self.field}") from None
                     busy = self._in_use(*self._written_holder())
                     if busy is not None:
                         raise busy from None
