@@ -33,18 +33,22 @@ def _refused(tmp_path, monkeypatch, capsys, out):
     return err[0]
 
 
+# runs/<key>: a run's folder replaced by a user's file; before, the pre-flight passed, the run failed at its
+# mkdir and its record's write ended the study in a traceback
+@pytest.mark.parametrize("name", ["babilong_data", "runs/clex_a0_s0"])
 @pytest.mark.parametrize("kind", ["file", "link to nothing"])
 def test_a_non_folder_at_babilong_data_in_the_studys_own_folder_is_refused_up_front(tmp_path, monkeypatch, capsys,
-                                                                                    kind):
+                                                                                    kind, name):
     out = tmp_path / "q1"
-    out.mkdir()
+    (out / "runs").mkdir(parents=True)
     (out / STUDY_MARKER).write_text("{}")  # a study's own folder: its names are its to write
-    data = out / "babilong_data"
+    data = out / name
     data.write_text("my notes\n") if kind == "file" else os.symlink(tmp_path / "gone", data)
-    with pytest.raises(OSError):  # what the BABILong generation would meet after the fine-tunes
-        check_output_folder(data, "--out", [], lambda f: False) if kind == "file" else data.mkdir()
+    with pytest.raises(OSError):  # what the BABILong generation (a run's record) would meet after the fine-tunes
+        check_output_folder(data, "--out", [], lambda f: False) if kind == "file" and name == "babilong_data" \
+            else data.mkdir(parents=True, exist_ok=True)
     line = _refused(tmp_path, monkeypatch, capsys, out)
-    assert f"holds {str(data)!r}, a {kind}, where the study keeps its babilong_data/ folder" in line, line
+    assert f"holds {str(data)!r}, a {kind}, where the study keeps its {name}/ folder" in line, line
     assert "move it away, or name another folder" in line
 
 

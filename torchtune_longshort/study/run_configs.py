@@ -87,11 +87,13 @@ def check_only_ours(out: Path, made: Callable[[Path], bool], marker: str, kind: 
 
 def check_kinds(out: Path, cfg) -> None:
     """``OSError`` when a path this study writes in ``out`` is there as the other kind: a file (or a link to
-    nothing) where it keeps a folder, a folder where it writes a file. Before, a file at ``<out>/babilong_data`` in
-    a study's own folder let every fine-tune train, then failed each evaluation at ``babilong_data``."""
+    nothing) where it keeps a folder (``runs/<key>`` included), a folder where it writes a file. Before, a file at
+    ``<out>/babilong_data`` in a study's own folder let every fine-tune train, then failed each evaluation at
+    ``babilong_data``."""
     out = Path(out)
     babilong = bool(cfg.eval.babilong and cfg.eval.babilong.lengths)
     folders = [BASE_DIR, RUNS_DIR] + ([] if cfg.base.given else [TOKENIZER_DIR]) + ([BABILONG_DIR] if babilong else [])
+    folders += [f"{RUNS_DIR}/{r.key}" for r in cfg.grid]  # a run's folder replaced by a file: a traceback after it
     for name in folders:
         if os.path.lexists(out / name) and not (out / name).is_dir():
             what = "a file" if (out / name).exists() else "a link to nothing"
