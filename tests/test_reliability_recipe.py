@@ -184,6 +184,11 @@ def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokeni
     with pytest.raises(FileNotFoundError, match="this recipe did not make that folder: choose another output_dir"):
         recipe_cls(cfg).setup()
     (out / ".longshort_output").write_text("")  # as the recipe leaves it
+    with pytest.raises(FileNotFoundError, match=r"leaves only step_0: output_dir also holds 'step_0/ \(no "
+                                                r"\.longshort_files\)', which this recipe did not write: move"):
+        recipe_cls(cfg).setup()  # a hand-made step_0 (no list of its files): the overwrite would refuse it too
+    step_0 = out / "step_0"
+    (step_0 / ".longshort_files").write_text(json.dumps(sorted(p.name for p in step_0.iterdir())))  # as the recipe
     with pytest.raises(FileNotFoundError, match="leaves only step_0: start it again with overwrite_output_dir=True"):
         recipe_cls(cfg).setup()
     # a whole step_2 whose recipe state is gone, then one missing its weights: the same advice, which would delete
