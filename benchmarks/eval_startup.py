@@ -1,5 +1,5 @@
 """Wall time of one ``longshort-eval run`` on pack tasks: lm-eval's task index of the pack alone (what the CLI does
-now, :mod:`torchtune_longshort.eval.task_index`) against lm-eval's whole index (its ~14,700 built-in task YAMLs
+now, :mod:`torchtune_longshort.eval.task_index`) against lm-eval's whole index (its ~14,000 built-in task YAMLs
 walked first, as before), alternating, in fresh interpreters, on the real SmolLM2-135M (float32, perplexity at 256
 tokens, one sample: the evaluation itself is small, so the table shows what a user waits for before it starts).
 

@@ -105,7 +105,7 @@ _EVAL = ["run", "--model", "longshort", "--device", "cpu", "--tasks", "longshort
          '{"ppl_source": "stdlib", "ppl_num_samples": 1, "passkey_num_samples": 1, "ppl_max_seq_lengths": [128], '
          '"passkey_max_seq_lengths": [256]}']
 # The same CLI call without quiet_upstream: register the model and hand over to lm-eval, with the task index the
-# wrapper builds (the pack alone, as longshort-eval does for pack-only task lists: lm-eval's ~14,700 built-in YAMLs
+# wrapper builds (the pack alone, as longshort-eval does for pack-only task lists: lm-eval's ~14,000 built-in YAMLs
 # cost this test ~11 s and none of the lines it looks for comes from them).
 _UNFILTERED = ("import sys, torchtune_longshort.eval.model.adapter; from lm_eval.__main__ import cli_evaluate; "
                "from torchtune_longshort.eval.task_index import pack_only_index; "

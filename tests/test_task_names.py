@@ -28,7 +28,7 @@ _Loader.add_multi_constructor("!", lambda loader, suffix, node: None)  # !functi
 
 @pytest.fixture(scope="module")
 def _builtins_parsed_once():
-    """The two whole indexes below (without and with the pack) parse each of lm-eval's ~14,700 built-in YAMLs once,
+    """The two whole indexes below (without and with the pack) parse each of lm-eval's ~14,000 built-in YAMLs once,
     not twice (~11 s each on 2 cores): lm-eval's own ``load_yaml``, its answer (or its error) kept per built-in file
     and arguments. The pack's files are parsed afresh every time, so the pack's entries are compared as parsed."""
     from lm_eval.tasks import _index

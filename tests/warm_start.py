@@ -55,7 +55,7 @@ def _zygote_module():
 def compile_bytecode(folder: Path) -> Dict[str, str]:
     """This package's bytecode, in its own ``__pycache__`` folders as Python writes it by default, once a test run.
     Under ``PYTHONDONTWRITEBYTECODE`` (this machine's environment sets it) no process writes a ``.pyc``: on a clean
-    checkout every command a test started compiled the package's ~240 modules from source again, ~0.5 s a process
+    checkout every command a test started compiled the package's ~300 modules from source again, ~0.5 s a process
     and ~300 processes a run. (A ``PYTHONPYCACHEPREFIX`` folder would keep the checkout as it was, but every
     process then looks there for torch's and transformers' bytecode too and compiles them instead: the suite's
     subprocess-heavy files took twice as long.) Nothing when the environment writes bytecode itself."""

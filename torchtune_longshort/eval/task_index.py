@@ -6,7 +6,7 @@ one's own (a task reusing the pack's functions by their dotted ``!function`` pat
 and the pack's could not run in one command. ``longshort-eval`` indexes both (the user's folder last: a task of the
 same name there wins, as lm-eval lets an include path override its built-in tasks).
 
-lm-eval 0.4.13's CLI builds ``TaskManager(include_path=...)``, which indexes its ~14,700 built-in task YAMLs before
+lm-eval 0.4.13's CLI builds ``TaskManager(include_path=...)``, which indexes its ~14,000 built-in task YAMLs before
 it looks a name up: 10-20 s on this project's 2-core CPU, against ~0.1 s for the task pack's folder alone. When every
 name after ``--tasks`` is a task or group of the included folder, ``longshort-eval`` (and :func:`cli_run.run_cli`)
 let the CLI build its index with ``include_defaults=False``; any other name (a built-in task, a YAML path, a glob)
