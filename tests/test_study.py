@@ -169,6 +169,13 @@ def test_a_study_folder_moved_elsewhere_keeps_its_finished_runs(tmp_path, monkey
     assert old["spec"] != rec["spec"]
     (moved / "runs" / "pi_a0_s0" / "result.json").write_text(json.dumps(old))
     assert again.run_one("pi_a0_s0", again.cfg.grid[0]) == old and ex.calls == []
+    # an eval-only change evaluates again and trains nothing: each run's recipe.yaml names the old folder (before:
+    # "recipe.yaml changed ... training again from step 0" for the base and every fine-tune)
+    lengths = list(study.cfg.eval.ppl_lengths)[:-1]
+    edited = Study(replace(study.cfg, eval=replace(study.cfg.eval, ppl_lengths=lengths)), output_dir=moved,
+                   repo_root=ROOT, executor=ex, log=lambda m: None)
+    assert all(r["status"] == "ok" for r in edited.run().values())
+    assert ex.calls and not [c for c in ex.calls if Path(c[0]).name == "tune"]
 
 
 def test_portable_names_a_path_by_the_longest_place_that_holds_it(tmp_path, monkeypatch):

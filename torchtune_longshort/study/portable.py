@@ -55,3 +55,10 @@ def same_spec(recorded: Any, spec: Any, where: Dict[str, str]) -> bool:
     """Whether a record's ``spec`` is ``spec``, both read by ``where``'s places: a record written with this machine's
     absolute paths (before specs were portable) counts where its folders have not moved."""
     return portable(recorded, where) == portable(spec, where)
+
+
+def same_where_it_was(recorded: Any, spec: Any, where: Dict[str, str], was: str) -> bool:
+    """Whether ``recorded``, written with this machine's absolute paths while the study's folder was ``was`` (a run's
+    ``recipe.yaml``: the recipe reads absolute paths), is ``spec``: both read by place, ``recorded``'s study folder
+    being ``was``. A study copied or moved elsewhere then retrains nothing for its new paths alone."""
+    return portable(recorded, {**where, STUDY: was}) == portable(spec, where)

@@ -27,6 +27,7 @@ from torchtune_longshort.plural import counted
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_config import FAMILY_TASK
 from torchtune_longshort.study.grid import Run
+from torchtune_longshort.study.portable import places, same_where_it_was
 from torchtune_longshort.study.run_configs import (
     BABILONG_ATTEMPT_LOG, BABILONG_DIR, BABILONG_LOG, BABILONG_LOG_ATTEMPTS, EVAL_LOG, TRAIN_LOG, RunConfigs,
 )
@@ -126,7 +127,7 @@ class RunStages(RunConfigs):
         rdir.mkdir(parents=True, exist_ok=True)
         config = self.recipe_config(key, run) if config is None else config
         recipe_yaml, rc_text = rdir / "recipe.yaml", OmegaConf.to_yaml(OmegaConf.create(config))
-        changed = recipe_yaml.is_file() and recipe_yaml.read_text() != rc_text
+        changed = recipe_yaml.is_file() and not self._same_recipe(key, recipe_yaml.read_text(), rc_text)
         recipe = self.recipe_fields(key, run, config)  # the steps the recipe will really train (equal compute: fewer)
         max_steps = trained_steps(recipe.max_steps, recipe.equal_compute_overhead, recipe.loss.alpha)
         train_dir = Path(recipe.output_dir)
@@ -164,6 +165,24 @@ class RunStages(RunConfigs):
             raise StageError("train", f"{PROGRAMS['train']} exited 0 but wrote no {final}", log_tail(log_path))
         retrain.unlink(missing_ok=True)
         return final, True
+
+    def _same_recipe(self, key: str, old_text: str, rc_text: str) -> bool:
+        """Whether the run's earlier ``recipe.yaml`` (``old_text``) is the one it would write now (``rc_text``), its
+        paths inside the study's folder compared by place, as ``result.json``'s spec is: that folder where the earlier
+        one was written is read from its ``output_dir`` (``<study>/runs/<key>/train``). Before, a study copied or moved
+        elsewhere trained every run again from step 0 once anything changed its spec (an eval-only ``ppl_lengths``)."""
+        if old_text == rc_text:
+            return True
+        try:
+            old = OmegaConf.to_container(OmegaConf.create(old_text), resolve=False)
+        except Exception:  # a recipe.yaml that does not read (a user's edit): another config
+            return False
+        new = OmegaConf.to_container(OmegaConf.create(rc_text), resolve=False)
+        rel = (self.run_dir(key) / "train").relative_to(self.out).parts
+        was = Path(str(old.get("output_dir", ""))) if isinstance(old, dict) else Path()
+        if not was.is_absolute() or was.parts[-len(rel):] != rel:
+            return False
+        return same_where_it_was(old, new, places(self.out, self.root), str(Path(*was.parts[:-len(rel)])))
 
     def _retrained(self, key: str, train_dir: Path, done: List[int], rc_text: str) -> List[int]:
         """The steps in ``done`` that a retrain from step 0 (its marker there) saved before it was stopped: all of
