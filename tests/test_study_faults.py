@@ -316,3 +316,19 @@ def test_without_matplotlib_a_study_is_refused_before_it_trains_and_its_report_h
     assert plots and all((out / "report" / p).is_file() for p in plots)
     last = capsys.readouterr().out.splitlines()[-1]
     assert f"plots in {out / 'report'}: {', '.join(plots)}" in last, last
+
+
+def test_a_users_png_named_like_a_plot_the_earlier_report_did_not_draw_is_refused_and_kept(tmp_path, finished,
+                                                                                            capsys):
+    """Once an earlier summary.json was there, every PNG in the report folder was taken for the study's: a rerun that
+    drew finetune_convergence.png overwrote the user's file of that name. Only the plots summary.json lists are."""
+    out = _copy(finished, tmp_path / "out")
+    assert "finetune_convergence.png" not in json.loads((out / "report" / "summary.json").read_text())["plots"]
+    mine = out / "report" / "finetune_convergence.png"
+    mine.write_text("the user's own figure")
+    assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "holds 'finetune_convergence.png', which no earlier run there wrote: refusing to overwrite" in line
+    assert mine.read_text() == "the user's own figure"
+    mine.unlink()  # the earlier report's own plots are still its: the rerun goes on
+    assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 0

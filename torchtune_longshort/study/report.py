@@ -160,9 +160,16 @@ REPORT_WRITES = ("report.md", "summary.json", "runs", "*.png")
 
 
 def check_report_dir(report_dir: Path) -> None:
-    """A report folder the study may write: one an earlier study report wrote (its ``summary.json``), or one
-    holding none of what the report writes (report.md, summary.json, runs/, PNGs). Checked before the study runs."""
-    check_output_folder(report_dir, "--report-dir", REPORT_WRITES, finished_report)
+    """A report folder the study may write: none of what the report writes (report.md, summary.json, runs/, PNGs) is
+    there but what an earlier study report wrote (its ``summary.json``, and the plots it lists). Checked before the
+    study runs: a user's PNG named like a plot the earlier report did not draw (``finetune_convergence.png``) was
+    overwritten by a rerun that drew it."""
+    check_output_folder(report_dir, "--report-dir", REPORT_WRITES, _earlier_names)
+
+
+def _earlier_names(rdir: Path) -> List[str]:
+    """The names in ``rdir`` an earlier study report wrote (none where there is no finished one)."""
+    return ["report.md", "summary.json", "runs"] + _earlier_files(rdir) if finished_report(rdir) else []
 
 
 def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional[float] = None,
