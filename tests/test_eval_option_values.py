@@ -230,3 +230,38 @@ def test_a_batch_size_hf_takes_but_the_longshort_model_does_not_is_refused_namin
         assert "N a finite positive number" in str(e.value)  # was "N a positive number", which inf is
     batch_sizes("auto:4", None)
     run("hf", "--model_args", "pretrained=/nonexistent", "--batch_size", "auto:4")
+
+
+def test_hf_auto_n_over_fewer_requests_than_n_detects_at_each_request_instead_of_dividing_by_zero(monkeypatch, caplog):
+    # `--limit 1 --batch_size auto:2.5` (any auto:N over fewer than N requests) ended in lm-eval's traceback once the
+    # model had loaded: HFLM._batch_scheduler re-detects every int(len(requests) / N) requests, 0 there. The reference
+    # is lm-eval's own method on the same input; a model stand-in (no weights) whose detection records its position.
+    from lm_eval import evaluator
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.models.utils import Collator
+
+    from torchtune_longshort.eval.cli_argv import hf_auto_schedule_floored
+
+    def stand_in(every):
+        lm = HFLM.__new__(HFLM)
+        lm.batch_schedule, lm.batch_sizes, lm.max_batch_size, lm.detected = every, {}, 64, []
+        lm._detect_batch_size = lambda requests, pos: lm.detected.append(pos) or 8
+        return lm
+
+    def chunks(lm, n):  # hf's _loglikelihood_tokens: re_ord.get_batched(n=0, batch_fn=self._batch_scheduler)
+        return [len(c) for c in Collator.get_chunks(list(range(n)), n=0, fn=lm._batch_scheduler)]
+
+    with pytest.raises(ZeroDivisionError):
+        chunks(stand_in(2.5), 1)  # lm-eval's own method, as `hf` ran it
+    upstream = stand_in(2.5)
+    upstream_chunks = chunks(upstream, 20)  # enough requests: what lm-eval does, left as it is
+    monkeypatch.setattr(evaluator, "evaluate", lambda lm, n: (chunks(lm, n), lm.detected, lm.batch_schedule))
+    scheduler = HFLM._batch_scheduler
+    with hf_auto_schedule_floored():
+        assert evaluator.evaluate(stand_in(2.5), 1) == ([1], [0], 2.5)
+        assert evaluator.evaluate(stand_in(5), 3) == ([3], [0, 1, 2], 5)  # a detection at each request
+        assert evaluator.evaluate(stand_in(2.5), 20) == (upstream_chunks, upstream.detected, 2.5)
+    assert HFLM._batch_scheduler is scheduler and evaluator.evaluate is not scheduler
+    notes = [r.getMessage() for r in caplog.records if "auto:" in r.getMessage()]
+    assert notes == ["--batch_size auto:2.5: 1 request in a list, fewer than 2.5: hf detects its batch size at each "
+                     "request (lm-eval's own schedule divides by int(1 / 2.5) = 0)"]  # one line, once a run

@@ -113,7 +113,7 @@ def _checked_run(argv) -> None:
     saved, built = SavedResults(), []  # built: the task indexes lm-eval builds (indexes_built)
     try:
         with pack_only_index(argv, option(argv, "--include_path") or ""), indexes_built() as built, \
-                saved.watching(), contained() as faults:
+                saved.watching(), contained() as faults, cli_argv.hf_auto_schedule_floored():
             cli_evaluate()
     except ValueError as e:  # the names of the index lm-eval built (with the pack and its defaults: not covered)
         line = cli_messages.tasks_not_found(str(e), built[-1].all_tasks if built else _known_tasks(argv))

@@ -1,19 +1,25 @@
 """lm-eval's command line as lm-eval's own parser reads it: an option's value (:func:`option`), every spelling of a
 ``run`` option under its long name (:func:`canonical_options`), a ``~`` in a path option's value expanded as a shell
 would (:func:`home_expanded`). Read by ``longshort-eval`` before lm-eval starts, so that its checks see what lm-eval
-will run."""
+will run; ``--batch_size`` as ``hf`` reads it is checked here (:func:`check_batch_size`), and its ``auto:N`` over a
+list of fewer than N requests kept from dividing by zero (:func:`hf_auto_schedule_floored`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import sys
 from argparse import _SubParsersAction
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from torchtune_longshort.eval.model_args_argv import model_args_values_mapped
+from torchtune_longshort.plural import counted
 from torchtune_longshort.started_as import EVAL_MAIN, command_name
+
+logger = logging.getLogger(__name__)
 
 
 def prog() -> str:
@@ -151,6 +157,53 @@ def check_batch_size(value: Optional[str], given_as: str) -> None:
         ok = False
     if not ok:
         raise ValueError(f"{given_as}: {TAKES['--batch_size']}")
+
+
+@contextlib.contextmanager
+def hf_auto_schedule_floored() -> Iterator[None]:
+    """While open, lm-eval's ``hf`` model (``HFLM`` and its subclasses) given ``--batch_size auto:N`` and a request
+    list shorter than N detects its batch size again at each request, as the ``longshort`` model's ``auto:N`` does
+    there (:class:`~torchtune_longshort.eval.model.batch_size.BatchPlan`), and says so in one line, once a run:
+    its ``_batch_scheduler`` re-detects every ``int(len(requests) / N)`` requests, 0 there (``--limit 1 --batch_size
+    auto:2.5``: ZeroDivisionError once the model had loaded, no results). lm-eval's files are left as they are: its
+    method is wrapped for each ``evaluate`` call (the model is built then) and restored after."""
+    from lm_eval import evaluator  # deferred: lm_eval (longshort-eval's run imports it already)
+
+    evaluate, noted = evaluator.evaluate, []
+
+    def floored(scheduler):
+        def schedule(self, pos, requests):
+            n, every = len(requests), self.batch_schedule
+            if n == 0 or int(n / every) > 0:
+                return scheduler(self, pos, requests)
+            if not noted:  # once a run: each task's list may be as short
+                noted.append(n)
+                logger.warning("--batch_size auto:%s: %s in a list, fewer than %s: hf detects its batch size at each "
+                               "request (lm-eval's own schedule divides by int(%d / %s) = 0)", f"{every:g}",
+                               counted(n, "request"), f"{every:g}", n, f"{every:g}")
+            self.batch_schedule = n  # int(n / n) = 1: a new span at each request
+            try:
+                return scheduler(self, pos, requests)
+            finally:
+                self.batch_schedule = every
+        return schedule
+
+    def evaluate_floored(*args, **kwargs):
+        hf = sys.modules.get("lm_eval.models.huggingface")  # loaded where the model is hf's (or a subclass)
+        if hf is None:
+            return evaluate(*args, **kwargs)
+        scheduler = hf.HFLM._batch_scheduler
+        hf.HFLM._batch_scheduler = floored(scheduler)
+        try:
+            return evaluate(*args, **kwargs)
+        finally:
+            hf.HFLM._batch_scheduler = scheduler
+
+    evaluator.evaluate = evaluate_floored
+    try:
+        yield
+    finally:
+        evaluator.evaluate = evaluate
 
 
 def _check_json(name: str, value: Optional[str]) -> None:

@@ -17,7 +17,8 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, check_batch_size, check_max_batch_size,
-                                               check_option_values, check_verbosity, flag_given, home_expanded, option)
+                                               check_option_values, check_verbosity, flag_given,
+                                               hf_auto_schedule_floored, home_expanded, option)
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options, device_given_as
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
@@ -356,7 +357,8 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
         check_arguments(argv[1:])
         sys.argv = argv
         try:
-            with pack_only_index(argv, option(argv, "--include_path") or ""), written.watching(), contained() as faults:
+            index = pack_only_index(argv, option(argv, "--include_path") or "")
+            with index, written.watching(), contained() as faults, hf_auto_schedule_floored():
                 cli_evaluate()
         finally:
             sys.argv = saved
