@@ -29,7 +29,7 @@ FLOORS: Dict[str, Tuple[float, str]] = {
     **{f"study.{m}": (5.3, "study: collect") for m in (
         "stats", "labels", "comparisons", "claims", "tables", "eval_used", "table1.analysis")},
     **{f"study.{m}": (5.4, "study: report and figures") for m in (
-        "figures", "claim_figures", "claims_markdown", "report", "__main__", "table1.figure",
+        "figures", "claim_figures", "claims_markdown", "report", "report_folder", "__main__", "table1.figure",
         "table1.report", "table1.__main__", "table1")},
     "study": (5.4, "study: report and figures"),  # the package's __init__ re-exports the whole pipeline
 }

@@ -330,5 +330,19 @@ def test_a_users_png_named_like_a_plot_the_earlier_report_did_not_draw_is_refuse
     line = _one_error_line(capsys.readouterr().err)
     assert "holds 'finetune_convergence.png', which no earlier run there wrote: refusing to overwrite" in line
     assert mine.read_text() == "the user's own figure"
+    # the figures-only redraw asks the same check (before: it drew over the user's file and said "redrew ...")
+    redraw = ["--config", str(CPU_SMALL), "--quick", "--repo-root", str(ROOT), "--report", str(out / "report")]
+    assert figures_main(redraw) == 2
+    line = _one_error_line(capsys.readouterr().err, "python -m torchtune_longshort.study.figures")
+    assert "--report=" in line and "holds 'finetune_convergence.png', which no earlier run there wrote" in line
+    assert mine.read_text() == "the user's own figure"
     mine.unlink()  # the earlier report's own plots are still its: the rerun goes on
     assert study_main(ARGV + ["--out", str(out), "--report-only"]) == 0
+    # a plot a redraw draws that the report did not list (a report made before that figure) is listed from then on:
+    # the next redraw takes it as the report's own
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    first, *rest = summary["plots"]
+    (out / "report" / "summary.json").write_text(json.dumps({**summary, "plots": rest}))
+    (out / "report" / first).unlink()
+    assert figures_main(redraw) == 0 and figures_main(redraw) == 0
+    assert first in json.loads((out / "report" / "summary.json").read_text())["plots"]

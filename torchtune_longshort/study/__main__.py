@@ -38,7 +38,8 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while torch is imported 
     from torchtune_longshort.study.load import load_study_config
     from torchtune_longshort.study.plan import BASE_KEY
     from torchtune_longshort.study.preflight import preflight
-    from torchtune_longshort.study.report import build_report, check_report_dir
+    from torchtune_longshort.study.report import build_report
+    from torchtune_longshort.study.report_folder import check_report_dir
     from torchtune_longshort.study.run_configs import (RUNS_DIR, check_kinds, check_outside_base, check_outside_inputs,
                                                      check_report_apart, check_report_outside_base, check_same_variant,
                                                      check_study_output, stage_log)

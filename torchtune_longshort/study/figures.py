@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.configs_cli import list_command, resolve_config
-from torchtune_longshort.output_guard import read_json, save_figure
+from torchtune_longshort.output_guard import atomic_write_json, read_json, save_figure
 from torchtune_longshort.plots.axes import (LENGTH_LABEL, MISSING_GID, POSITION_LABEL, count_axis, length_axis,
                                             mark_quick, note_missing, position_axis, series_style, value_axis)
 from torchtune_longshort.plots.panels import (fraction_text, heatmap_size, panel_row, wrap_columns, wrapped_panels,
@@ -36,6 +36,7 @@ from torchtune_longshort.study.eval_used import eval_used
 from torchtune_longshort.study.labels import loss_label, missing_text, seeds_of_cells, seeds_text
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.records import eval_setting, members_scored, metric_value, why_empty
+from torchtune_longshort.study.report_folder import check_report_dir, finished_report
 from torchtune_longshort.study.tables import build_tables, read_records
 
 
@@ -304,16 +305,13 @@ def write_plots(cfg: StudyConfig, tables: Dict[str, Any], recs: Dict[str, Dict[s
     return made
 
 
-def finished_report(folder: Path) -> bool:
-    """Whether ``folder`` holds a study report written to its end (its ``summary.json``, which is written last)."""
-    summary = read_json(Path(folder) / "summary.json")
-    return isinstance(summary, dict) and "tables" in summary and "claims" in summary
-
-
 def redraw_report(cfg: StudyConfig, report_dir: Path) -> List[str]:
     """Redraw every figure of a finished report folder from the run records it holds (``runs/<key>/result.json``,
     the base's in ``runs/base``), as :func:`torchtune_longshort.study.report.build_report` draws them, leaving
-    report.md, summary.json and the records untouched; returns the file names written.
+    report.md and the records untouched; returns the file names written. A PNG there named like a plot that
+    ``summary.json`` does not list (a user's own) is refused before anything is drawn, as the study's report
+    refuses it (:func:`~torchtune_longshort.study.report_folder.check_report_dir`); a plot drawn that the report
+    did not list is added to ``summary.json``'s ``plots``, so the folder's next redraw or report takes it as its own.
 
     ``python -m torchtune_longshort.study.figures --config study/<name>.yaml --report docs/study/<name>``:
     a change to these figures reaches a committed report without re-running or re-writing it."""
@@ -321,12 +319,20 @@ def redraw_report(cfg: StudyConfig, report_dir: Path) -> List[str]:
     if not finished_report(rdir):  # a report cut off part-way lacks runs: its figures would be drawn without them
         raise ValueError(f"--report={str(rdir)!r} holds no finished study report (its summary.json, written last, "
                          "is missing or unreadable): build the report first (the study command with --report-only)")
+    check_report_dir(rdir, "--report")
     recs = read_records(cfg, lambda key: rdir / "runs" / key)  # the report's copies: the base's in runs/base too
     cfg = eval_used(cfg, recs)[0]  # labelled by what the runs used
     analysis = analyze(cfg, recs)
     if any(r.get("status") == "ok" for k, r in recs.items() if k != "base"):
-        return write_plots(cfg, build_tables(cfg, recs), recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
-    return claim_plots(cfg, analysis, recs, rdir, base_only=True)
+        made = write_plots(cfg, build_tables(cfg, recs), recs, rdir) + claim_plots(cfg, analysis, recs, rdir)
+    else:
+        made = claim_plots(cfg, analysis, recs, rdir, base_only=True)
+    summary = read_json(rdir / "summary.json")
+    listed = [p for p in summary.get("plots") or [] if isinstance(p, str)]
+    if [p for p in made if p not in listed]:
+        atomic_write_json(rdir / "summary.json", {**summary, "plots": listed + [p for p in made if p not in listed]},
+                          indent=1, default=str)
+    return made
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.output_guard import (
-    atomic_copy, atomic_write_json, atomic_write_text, check_output_folder, read_json, undone_on_failure,
+    atomic_copy, atomic_write_json, atomic_write_text, read_json, undone_on_failure,
 )
 from torchtune_longshort.plots.available import matplotlib_problem
 from torchtune_longshort.plural import counted
@@ -32,8 +32,9 @@ from torchtune_longshort.study.claims import analyze
 from torchtune_longshort.study.claims_markdown import claims_markdown, md_table, verdicts_markdown
 from torchtune_longshort.study.config import StudyConfig
 from torchtune_longshort.study.eval_used import eval_used
-from torchtune_longshort.study.figures import finished_report, write_plots
+from torchtune_longshort.study.figures import write_plots
 from torchtune_longshort.study.records import curve_mean, value
+from torchtune_longshort.study.report_folder import REPORT_WRITES, earlier_files
 from torchtune_longshort.study.run_configs import STUDY_JSON, check_same_variant
 from torchtune_longshort.study.tables import build_tables, cell_text, fmt, load_records, mean_sd
 
@@ -155,42 +156,14 @@ def _wall_markdown(recs: Dict[str, Dict[str, Any]], wall: Optional[float], jobs:
     return md + [""]
 
 
-# what the report writes into its folder (its own: an earlier report's, or nothing of these names)
-REPORT_WRITES = ("report.md", "summary.json", "runs", "*.png")
-
-
-def check_report_dir(report_dir: Path) -> None:
-    """A report folder the study may write: none of what the report writes (report.md, summary.json, runs/, PNGs) is
-    there but what an earlier study report wrote (its ``summary.json``, and the plots it lists). Checked before the
-    study runs: a user's PNG named like a plot the earlier report did not draw (``finetune_convergence.png``) was
-    overwritten by a rerun that drew it."""
-    check_output_folder(report_dir, "--report-dir", REPORT_WRITES, _earlier_names)
-
-
-def _earlier_names(rdir: Path) -> List[str]:
-    """The names in ``rdir`` an earlier study report wrote (none where there is no finished one)."""
-    return ["report.md", "summary.json", "runs"] + _earlier_files(rdir) if finished_report(rdir) else []
-
-
 def build_report(out: Path, report_dir: Path, cfg: StudyConfig, wall_s: Optional[float] = None,
                  note: str = "") -> Dict[str, Any]:
     """Write ``report_dir`` (see module docstring) from the run folders under ``out``; returns summary.json's data.
     Every file is written whole or not at all, ``summary.json`` last; a call that fails removes what it made."""
     rdir = Path(report_dir)
     check_same_variant(Path(out), cfg)
-    with undone_on_failure(rdir, REPORT_WRITES, replaces=_earlier_files(rdir)):
+    with undone_on_failure(rdir, REPORT_WRITES, replaces=earlier_files(rdir)):
         return _build_report(Path(out), rdir, cfg, wall_s, note)
-
-
-def _earlier_files(rdir: Path) -> List[str]:
-    """What an earlier study report in ``rdir`` wrote, from its ``summary.json``: its plots and run records (a
-    rerun removes those it does not write again: a plot or a run the config no longer has)."""
-    if not finished_report(rdir):
-        return []
-    summary = read_json(rdir / "summary.json")
-    plots = [p for p in summary.get("plots") or [] if isinstance(p, str)]
-    runs = [f"runs/{k}" for k in summary.get("runs") or {} if isinstance(k, str)]
-    return plots + runs + [f"{r}/{f}" for r in runs for f in ("result.json", "lm_eval_results.json")]
 
 
 def _copy_records(out: Path, rdir: Path, recs: Dict[str, Dict[str, Any]]) -> None:
