@@ -12,13 +12,15 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from torchtune_longshort.study.runner import Study
 from torchtune_longshort.study.stages import StudyInterrupted
-from study_helpers import _study
+from study_helpers import ROOT, _study
 
 
-def _changed_then_stopped(tmp_path, saves_under_new_config: bool):
+def _changed_then_stopped(tmp_path, saves_under_new_config: bool, moved: bool = False):
     """The study's first fine-tune trained, its lr changed, the retrain stopped by SIGINT after saving step 1 (the
-    recipe cleared the old checkpoints first); ``saves_under_new_config`` False: the state found is the old run's."""
+    recipe cleared the old checkpoints first); ``saves_under_new_config`` False: the state found is the old run's.
+    ``moved``: the study's folder moved elsewhere before the rerun (its saved config names the old folder)."""
     study, ex = _study(tmp_path)
     study.run_one("base", None, evaluate=False)
     run = study.cfg.grid[0]
@@ -51,14 +53,20 @@ def _changed_then_stopped(tmp_path, saves_under_new_config: bool):
     with pytest.raises(StudyInterrupted):
         study.run_one(run.key, run)
     study.executor = ex
+    if moved:
+        study.out.rename(tmp_path / "moved")
+        study = Study(study.cfg, output_dir=tmp_path / "moved", repo_root=ROOT, executor=ex, log=lambda m: None)
     n = len(ex.calls)
     rec = study.run_one(run.key, run)
     tune = [a for a in ex.calls[n:] if Path(a[0]).name == "tune"]
     return study, run, rec, tune
 
 
-def test_a_retrain_stopped_after_it_saved_a_step_resumes_from_it(tmp_path):
-    study, run, rec, tune = _changed_then_stopped(tmp_path, saves_under_new_config=True)
+@pytest.mark.parametrize("moved", [False, True])
+def test_a_retrain_stopped_after_it_saved_a_step_resumes_from_it(tmp_path, moved):
+    # moved: the study's folder moved before the rerun (before: its saved config's absolute paths differed, and the
+    # rerun trained again from step 0)
+    study, run, rec, tune = _changed_then_stopped(tmp_path, saves_under_new_config=True, moved=moved)
     assert rec["status"] == "ok" and len(tune) == 1 and tune[0][-1] == "resume=True"  # before: overwrite, step 0
     assert not (study.run_dir(run.key) / ".retrain_from_step_0").exists()  # the retrain ended
 

@@ -177,7 +177,12 @@ class RunStages(RunConfigs):
             old = OmegaConf.to_container(OmegaConf.create(old_text), resolve=False)
         except Exception:  # a recipe.yaml that does not read (a user's edit): another config
             return False
-        new = OmegaConf.to_container(OmegaConf.create(rc_text), resolve=False)
+        return self._same_moved(key, old, OmegaConf.to_container(OmegaConf.create(rc_text), resolve=False))
+
+    def _same_moved(self, key: str, old: Any, new: Any) -> bool:
+        """Whether the run's config ``old``, written with absolute paths where the study's folder was then (read from
+        its ``output_dir``, ``<study>/runs/<key>/train``), is ``new``, its paths inside the study's folder compared
+        by place and those outside it as they are."""
         rel = (self.run_dir(key) / "train").relative_to(self.out).parts
         was = Path(str(old.get("output_dir", ""))) if isinstance(old, dict) else Path()
         if not was.is_absolute() or was.parts[-len(rel):] != rel:
@@ -202,7 +207,8 @@ class RunStages(RunConfigs):
             return {k: v for k, v in c.items() if k not in ("overwrite_output_dir", "resume")} if isinstance(
                 c, dict) else c
 
-        if run_config(saved) != run_config(new):
+        # a study moved since the retrain saved: its saved config names the old folder (before: retrained from 0)
+        if run_config(saved) != run_config(new) and not self._same_moved(key, run_config(saved), run_config(new)):
             return []
         self.log(f"[study] {key}: its retrain from step 0 was stopped after it saved step_{states[-1]} (of this "
                  "recipe.yaml)")
