@@ -60,3 +60,24 @@ def test_a_resume_of_a_run_killed_before_its_first_save_names_only_what_is_there
         (run / "step_1").rename(tmp_path / "step_1")
     # the advice: the folder's rules take that overwrite
     check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))
+
+
+@pytest.mark.parametrize("kept", [None, "notes.txt"])
+def test_a_run_that_saved_no_step_advises_an_overwrite_the_folder_takes(tmp_path, kept):
+    """A run stopped before its first save (a second Ctrl-C, a lost torchrun process) was told to start again with
+    overwrite_output_dir=True alone, which a user's file put in its folder meanwhile then refused. Reference: the
+    folder's rules (:func:`check_output_dir`) on the overwrite the line advises."""
+    from torchtune_longshort.training.checkpointing import StepCheckpoints
+    from torchtune_longshort.training.overwrite_rules import overwrite_advice
+
+    run = recipe_made(tmp_path / "run")
+    if kept:
+        (run / kept).write_text("mine")
+    line = StepCheckpoints(run, restart=lambda: overwrite_advice(run, ())).standing()
+    assert "no step of this run was saved; " in line and "start it again with overwrite_output_dir=True" in line, line
+    assert (f"also holds {kept!r}, which this recipe did not write: move that out" in line) == bool(kept), line
+    if kept:
+        with pytest.raises(FileExistsError, match=kept):
+            check_output_dir(run, resume=False, overwrite=True)
+        (run / kept).unlink()
+    check_output_dir(run, resume=False, overwrite=True)

@@ -29,7 +29,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Callable, List, Optional, Union
 
 import torch
 
@@ -107,12 +107,16 @@ def read_recipe_state(step_dir: PathLike, mmap: bool = False) -> dict:
 
 class StepCheckpoints:
     """Find, stage and commit ``step_<k>`` checkpoints under ``output_dir`` (see module doc); ``keep``: how many of
-    the newest recipe states are kept (the older ones are deleted as each new one is committed)."""
+    the newest recipe states are kept (the older ones are deleted as each new one is committed); ``restart``: how a
+    run that saved no step starts again (the recipe's: :func:`.overwrite_rules.overwrite_advice` of its folder and
+    inputs; default: with the overwrite alone, which a user's file there, or a folder overwrite never deletes,
+    refuses)."""
 
-    def __init__(self, output_dir: PathLike, keep: int = 1):
+    def __init__(self, output_dir: PathLike, keep: int = 1, restart: Optional[Callable[[], str]] = None):
         self.root = Path(output_dir)
         self.staging_root = self.root / STAGING
         self.keep = int(keep)
+        self.restart = restart or (lambda: "start again with overwrite_output_dir=True")
 
     def steps(self, resumable: bool = False) -> List[int]:
         """Steps of the complete checkpoints (every file the folder's index names is there), ascending;
@@ -206,8 +210,7 @@ class StepCheckpoints:
         last = self.latest(resumable=True)
         if last is not None:
             return f"the last saved step, {last}, stands; continue with resume=True"
-        return (f"no step of this run was saved; start again with overwrite_output_dir=True (output_dir="
-                f"{str(self.root)!r} holds this run's start)")
+        return f"no step of this run was saved; {self.restart()} (output_dir={str(self.root)!r} holds this run's start)"
 
     def clean_staging(self) -> None:
         """Discard what a killed save left behind: the entries the recipe writes in ``.staging/`` (a step folder
@@ -282,7 +285,7 @@ class StepCheckpoints:
             self.clean_staging()
         last = self.latest(resumable=True)
         then = (f"continue with resume=True (the last saved step, {last}, stands)" if last is not None else
-                "start again with overwrite_output_dir=True (no step of this run was saved)")
+                f"{self.restart()} (no step of this run was saved)")
         return UnwritablePath(f"checkpoint step_{step} could not be saved ({' '.join(str(error).split())}): make what "
                               f"it names writable (chmod u+w; chattr -i if it is immutable), then {then}")
 

@@ -50,6 +50,7 @@ from torchtune_longshort.training.out_of_space import (
     CheckpointPlan, OutOfSpace, check_checkpoint_room, forecast, save_steps, state_bytes, tree_bytes, weight_bytes,
 )
 from torchtune_longshort.training.output_dir import claim_output_dir
+from torchtune_longshort.training.overwrite_rules import overwrite_advice
 from torchtune_longshort.training.profiling import StepProfiler
 from torchtune_longshort.training.recipe_config import (
     check_built_model, check_tokenizer_vocab, check_window_bos, declared_vocab, input_paths, load_recipe_config,
@@ -189,7 +190,9 @@ class RecipeSetup:
                                           protect=input_paths(self.config), written_here=written_names(self.config),
                                           max_steps=self.max_steps)
         self._barrier()
-        self.ckpts = StepCheckpoints(self.output_dir, keep=self.config.keep_recipe_states)
+        restart = (input_paths(self.config), written_names(self.config))  # what the overwrite it advises keeps
+        self.ckpts = StepCheckpoints(self.output_dir, keep=self.config.keep_recipe_states,
+                                     restart=lambda: overwrite_advice(self.output_dir, *restart))
         self._resume_dir = self.ckpts.latest(resumable=True) if resume else None
         if resume and self.config.overwrite_output_dir:
             utils.log_rank_zero(log, "resume=True and overwrite_output_dir=True: the run resumes, and "
