@@ -70,7 +70,7 @@ def test_resume_keeps_a_users_file_in_a_step_folder_it_would_write_again(tmp_pat
     """Resumed from step_2 while step_4 exists (its recipe state gone), the run writes step_4 again and deletes the
     old copy: a user's file inside it is refused first, naming it; without one the resume is accepted, and what the
     recipe wrote there (nested files included) is not taken for a user's."""
-    from torchtune_longshort.training.output_dir import check_output_dir
+    from torchtune_longshort.training.output_dir import check_output_dir, claim_output_dir
 
     run = recipe_made(tmp_path / "run")
     commit_step(run, 2, tiny_llama2_dir)
@@ -87,7 +87,9 @@ def test_resume_keeps_a_users_file_in_a_step_folder_it_would_write_again(tmp_pat
     # a user's step_9/ past the run's max_steps: never written by it (it was refused as one it would replace)
     (run / "step_9").mkdir()
     (run / "step_9" / "notes.txt").write_text("mine")
-    check_output_dir(run, resume=True, overwrite=False, max_steps=4)
+    check_output_dir(run, resume=True, overwrite=False, max_steps=8)  # its last step is the one before step_9
+    claim_output_dir(run, resume=True, overwrite=False, max_steps=8).release()  # as the recipe claims it
+    assert (run / "step_9" / "notes.txt").read_text() == "mine"
     with pytest.raises(FileExistsError, match=r"resume=True would replace step_9 .*'step_9/ \(no \.longshort_files"):
         check_output_dir(run, resume=True, overwrite=False, max_steps=9)
 
