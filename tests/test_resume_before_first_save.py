@@ -60,6 +60,12 @@ def test_a_resume_of_a_run_killed_before_its_first_save_names_only_what_is_there
         (run / "step_1").rename(tmp_path / "step_1")
     # the advice: the folder's rules take that overwrite
     check_output_dir(run, resume=False, overwrite=True, written_here=("logs",))
+    data = ("dataset.data_files", run / "train.txt")  # an input of the run inside it: overwrite never deletes it
+    with pytest.raises(FileNotFoundError, match=r"choose another output_dir \(overwrite_output_dir=True would not "
+                                                r"delete it: it holds dataset\.data_files="):
+        check_output_dir(run, resume=True, overwrite=False, protect=[data], written_here=("logs",))
+    with pytest.raises(FileExistsError, match=r"it holds dataset\.data_files="):
+        check_output_dir(run, resume=False, overwrite=True, protect=[data], written_here=("logs",))
 
 
 @pytest.mark.parametrize("kept", [None, "notes.txt"])
