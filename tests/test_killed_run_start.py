@@ -103,10 +103,12 @@ def test_an_overwrite_start_killed_while_its_logger_started_is_mended_by_the_nex
     ``logs/ (no .longshort_files)``, then deleted ``.replaced`` unasked. Now the next start (taking the stale lock)
     puts the earlier run back, whole, before its checks: resume continues it, overwrite replaces it as if never
     started."""
-    from torchtune_longshort.training.output_dir import claim_output_dir
+    from torchtune_longshort.training.output_dir import check_output_dir, claim_output_dir
 
     run = recipe_made(tmp_path / "run")
     before = _killed_overwrite_start(run, tiny_llama2_dir, listed=True)
+    with pytest.raises(FileExistsError, match="exists and is not empty"):  # without overwrite: refused, mended or not
+        check_output_dir(run, resume=False, overwrite=False, written_here=("logs",))
     lock = claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",))
     assert tree(run) == sorted(before + [".lock"]) and (run / "logs" / "log_1.txt").read_text() == "earlier"
     lock.release()
