@@ -62,3 +62,17 @@ def test_the_working_directory_or_an_input_that_is_the_folder_itself_is_kept(tmp
     want = {"cwd": f"it contains the working directory {str(run.resolve())!r}",
             "input": f"it holds checkpoint_dir={str(run.resolve())!r}, which this run reads"}[what]
     assert want in said, said
+
+
+def test_a_users_file_put_in_after_the_claim_keeps_the_earlier_run(tmp_path):
+    # the overwrite's rules are read again when the earlier run is deleted (the setup may take minutes after the claim)
+    from torchtune_longshort.training.output_dir import claim_output_dir
+
+    run = recipe_made(tmp_path / "run")
+    lock = claim_output_dir(run, resume=False, overwrite=True)
+    (run / "notes.txt").write_text("mine")
+    before = tree(run)
+    with pytest.raises(FileExistsError, match=r"it holds 'notes.txt', which this recipe did not write"):
+        lock.clear_earlier_run()
+    lock.release()
+    assert tree(run) == sorted(set(before) - {".lock"}) and (run / "notes.txt").read_text() == "mine"
