@@ -12,7 +12,7 @@ from test_killed_run_start import _killed_overwrite_start
 
 
 @pytest.mark.parametrize("where", [".replaced/step_4/sub/notes.txt", ".replaced/logs/sub/deep/notes.txt",
-                                   ".replaced.discarded/step_4/sub/notes.txt"])
+                                   ".replaced.discarded/step_4/sub/notes.txt", ".replaced.discarded/mine/notes.txt"])
 def test_a_users_file_nested_in_the_earlier_run_set_aside_is_refused_where_it_lies(tmp_path, tiny_llama2_dir, where):
     from torchtune_longshort.training.output_dir import claim_output_dir
 
@@ -24,7 +24,8 @@ def test_a_users_file_nested_in_the_earlier_run_set_aside_is_refused_where_it_li
     note.parent.mkdir(parents=True)
     note.write_text("mine")
     left = [p for p in tree(run) if p != ".lock"]
-    with pytest.raises(FileExistsError, match=rf"holds '{where}', which this recipe did not write, in the folder "
+    named = where.rsplit("/", 1)[0] if "/mine/" in where else where  # a user's folder there: named whole
+    with pytest.raises(FileExistsError, match=rf"holds '{named}', which this recipe did not write, in the folder "
                                               rf"where an overwrite start .*: move it out of '.*/run/"
                                               rf"{where.split('/')[0]}', then start again"):
         claim_output_dir(run, resume=False, overwrite=True, written_here=("logs",))
