@@ -11,8 +11,10 @@ import os
 import pytest
 
 from run_folders import commit_step, recipe_made
+from torchtune_longshort.output_guard import write_names
 from torchtune_longshort.refusals import fault_line
 from torchtune_longshort.training.output_dir import check_output_dir
+from torchtune_longshort.training.written_files import HERE
 
 
 def _from_checkpoint(run, tiny_llama2_dir):
@@ -66,6 +68,12 @@ def test_a_resume_of_a_run_killed_before_its_first_save_names_only_what_is_there
         check_output_dir(run, resume=True, overwrite=False, protect=[data], written_here=("logs",))
     with pytest.raises(FileExistsError, match=r"it holds dataset\.data_files="):
         check_output_dir(run, resume=False, overwrite=True, protect=[data], written_here=("logs",))
+    (run / "log_1.txt").write_text("log")  # log_dir = output_dir: its logger's file, listed, is the run's
+    write_names(run / ".longshort_files", ["log_1.txt"])
+    with pytest.raises(FileNotFoundError) as refused:
+        check_output_dir(run, resume=True, overwrite=False, written_here=(HERE,))
+    assert "start it again with overwrite_output_dir=True" in str(refused.value) and "log_1" not in str(refused.value)
+    check_output_dir(run, resume=False, overwrite=True, written_here=(HERE,))
 
 
 @pytest.mark.parametrize("kept", [None, "notes.txt"])
