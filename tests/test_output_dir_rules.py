@@ -50,6 +50,16 @@ def test_a_user_file_in_a_folder_that_is_its_own_log_dir_is_named_once(tmp_path)
     assert said.count("notes.txt") == 1 and "it holds 'notes.txt', which this recipe did not write" in said, said
 
 
+def test_a_git_work_tree_is_never_deleted_nor_its_git_folder_advised_out(tmp_path):
+    from torchtune_longshort.training.overwrite_rules import overwrite_advice
+
+    run = recipe_made(tmp_path / "run")
+    (run / ".git").mkdir()
+    assert "it is a git work tree" in _refusal(run)
+    assert overwrite_advice(run, ()) == ("choose another output_dir (overwrite_output_dir=True would not delete it: it "
+                                         "is a git work tree)")
+
+
 @pytest.mark.parametrize("what", ["cwd", "input"])
 def test_the_working_directory_or_an_input_that_is_the_folder_itself_is_kept(tmp_path, monkeypatch, what):
     # output_dir=. from inside an earlier run's folder: only a folder strictly above the working directory was kept
