@@ -157,6 +157,9 @@ def test_a_link_in_staging_is_a_users(tmp_path):
     (staging / "step_7.started").symlink_to(tmp_path / "mine")
     assert [foreign_in(staging / name) for name in ("step_3", "step_5.pt", "step_7")] == [
         ["step_3/a.txt", "step_3/config.json"], ["step_5.pt"], ["step_7"]]
+    for name in ("notes.started", "step_5.pt.bak"):  # a user's file named close to a mark or a state: not one
+        (staging / name).write_text("mine")
+        assert foreign_in(staging / name) == [name]
 
 
 @pytest.mark.parametrize("escape", ["linked_folder", "dot_dot", "absolute"])
