@@ -11,8 +11,13 @@ from typing import List
 
 from torchtune_longshort.output_guard import check_output_folder, read_json
 
-# what the report writes into its folder (its own: an earlier report's, or nothing of these names)
-REPORT_WRITES = ("report.md", "summary.json", "runs", "*.png")
+# every plot a study report (study/figures.py, study/claim_figures.py) or its redraw draws into its folder
+PLOTS = ("ppl_vs_length.png", "misalignment_vs_length.png", "babilong_depth_length.png", "passkey_depth_length.png",
+         "finetune_convergence.png", "per_position_loss.png", "base_failure.png", "metric_vs_performance.png",
+         "alpha_curves.png", "e_range_bars.png", "divergence_bars.png")
+# what the report writes into its folder (its own: an earlier report's, or nothing of these names); another PNG
+# there (a maintainer's alpha_curves_before.png beside a redrawn report) is none of the report's business
+REPORT_WRITES = ("report.md", "summary.json", "runs", *PLOTS)
 
 
 def finished_report(folder: Path) -> bool:
