@@ -148,7 +148,7 @@ def test_infinite_gradient_norm_stops_the_run(recipe_cls, tmp_path, tiny_llama2_
 
     assert fault_line(err.value) == str(err.value) and str(err.value).endswith(
         "No checkpoint of this run to resume from: at the first steps a non-finite value comes from the start weights "
-        "(checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then start again with "
+        "(checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then start it again with "
         "overwrite_output_dir=True")
     with pytest.raises(FileExistsError, match=r"It holds no checkpoint to resume from .*overwrite_output_dir=True"):
         recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=3)).setup()

@@ -87,9 +87,22 @@ def test_a_run_that_saved_no_step_advises_an_overwrite_the_folder_takes(tmp_path
     run = recipe_made(tmp_path / "run")
     if kept:
         (run / kept).write_text("mine")
-    line = StepCheckpoints(run, restart=lambda: overwrite_advice(run, ())).standing()
-    assert "no step of this run was saved; " in line and "start it again with overwrite_output_dir=True" in line, line
-    assert (f"also holds {kept!r}, which this recipe did not write: move that out" in line) == bool(kept), line
+    from torchtune_longshort.data.text_files import DataRecordError
+    from torchtune_longshort.training import out_of_memory, out_of_space
+    from torchtune_longshort.training.bad_record import record_stop
+    from torchtune_longshort.training.step_checks import after_non_finite
+
+    ckpts = StepCheckpoints(run, restart=lambda: overwrite_advice(run, ()))
+    # every line that advises the overwrite of a run that saved no step: a stop, out of memory (none saved, and the
+    # new-run way of a saved one), a full disk, a non-finite first step, an unreadable first record
+    for line in (ckpts.standing(), out_of_memory.stop_message("oom", [], ["a shorter seq_len"], 0, None,
+                                                              ckpts.restart()),
+                 out_of_memory.stop_message("oom", [], ["a shorter seq_len"], 2, "out/step_2", ckpts.restart()),
+                 out_of_space.stop_message("metrics.jsonl", 1, ckpts, None, False, OSError(28, "No space left")),
+                 after_non_finite(ckpts), str(record_stop(DataRecordError("a.jsonl:2: bad"), None, run,
+                                                          ckpts.restart()))):
+        assert "start it again with overwrite_output_dir=True" in line, line
+        assert (f"also holds {kept!r}, which this recipe did not write: move that out" in line) == bool(kept), line
     if kept:
         with pytest.raises(FileExistsError, match=kept):
             check_output_dir(run, resume=False, overwrite=True)

@@ -186,7 +186,7 @@ class LongShortFinetuneRecipe(RecipeSaving, RecipeSetup):
             if self.global_step > 0 and self._saved_step != self.global_step:
                 self.save_checkpoint()
             raise record_stop(e, self.ckpts.path(self.global_step) if self.global_step else None,
-                              self.output_dir) from None
+                              self.output_dir, self.ckpts.restart()) from None
         # out of memory (the failed step's tensors are freed by now)
         account = describe(error, self.global_step + 1, self.config, self._device, self._loss_fn.num_chunks,
                            self.world_size)
@@ -194,7 +194,8 @@ class LongShortFinetuneRecipe(RecipeSaving, RecipeSetup):
         release_cached(self._device)
         start.restore(self._batcher, self.generators)
         self._run_log.close()
-        raise OutOfMemory(stop_message(*account, self.global_step, self._save_after_out_of_memory()))
+        raise OutOfMemory(stop_message(*account, self.global_step, self._save_after_out_of_memory(),
+                                       self.ckpts.restart()))
 
     def _validate(self) -> None:
         """Log ``val_ce`` / ``val_ppl``. Out of memory there (``validation.seq_len`` may be longer than the training

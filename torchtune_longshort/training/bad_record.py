@@ -11,10 +11,12 @@ from torchtune_longshort.data.file_kinds import whole_file
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
 
 
-def record_stop(e: DataRecordError, saved: Optional[str], output_dir) -> DataRecordError:
+def record_stop(e: DataRecordError, saved: Optional[str], output_dir,
+                restart: str = "start again with overwrite_output_dir=True") -> DataRecordError:
     """The error (``e``'s type) that ends the run at the record ``e`` names: with ``saved``, the last good step's
     folder (continue with resume=True once the record is mended or the source can be read again); None where no
-    step had finished (nothing saved: start again with overwrite_output_dir=True). A whole file of another kind found
+    step had finished (nothing saved: ``restart``, the recipe's ``StepCheckpoints.restart``, which names a
+    user's file in output_dir to move out before the overwrite). A whole file of another kind found
     mid-run (a source changed under the run: ``file_kinds.whole_file``) is told its own fix alone, not to skip it
     (skipping drops the whole file), as at the start of a run (``source_names.mend_or_skip``)."""
     whole = whole_file(str(e))  # a file of another kind (compressed, Parquet...): its own fix, as at the start
@@ -23,9 +25,8 @@ def record_stop(e: DataRecordError, saved: Optional[str], output_dir) -> DataRec
     mend_it = "fix the file as said" if whole else "mend the record"
     source = isinstance(e, DataSourceError)
     if saved is None:
-        again = ("once the source can be read again, start again" if source else
-                 f"{mend_it} and start again{skip}")
-        return type(e)(f"{e}. No step had finished: no checkpoint saved; {again} with "
-                       f"overwrite_output_dir=True (output_dir={str(output_dir)!r} holds this run's start)")
+        first = "once the source can be read again" if source else f"{mend_it}{skip}"
+        return type(e)(f"{e}. No step had finished: no checkpoint saved; {first}, then {restart} "
+                       f"(output_dir={str(output_dir)!r} holds this run's start)")
     mend = "once the source can be read again," if source else f"{mend_it}{skip} and"
     return type(e)(f"{e}. The last good step is saved: {saved}; {mend} continue with resume=True")

@@ -85,13 +85,15 @@ def describe(what: str, step: int, config, device: torch.device, num_chunks: int
 
 
 def stop_message(happened: str, resumable: List[str], new_run: List[str], finished: int,
-                 saved: Optional[str]) -> str:
+                 saved: Optional[str], restart: str = "start again with overwrite_output_dir=True") -> str:
     """The refusal: what happened, then how to go on from the last saved step (settings a resume may change) or
-    from the start (those and the new-run ones)."""
+    from the start (those and the new-run ones); ``restart``: how the run starts again (the recipe's
+    ``StepCheckpoints.restart``: a user's file in output_dir named to move out first, which the overwrite the line
+    advised alone then refused)."""
     if saved is None:
         done = "No step had finished" if finished == 0 else f"{counted(finished, 'step')} had finished, none saved"
-        return (f"{happened}. {done}; start again with overwrite_output_dir=True and less memory per step, in this "
+        return (f"{happened}. {done}; {restart} and less memory per step, in this "
                 f"order: {'; '.join(resumable + new_run)}")
     fixes = "; ".join(resumable) or "none left"
     return (f"{happened}. The last good step is saved: {saved}; continue with resume=True and one of: {fixes} (or "
-            f"start again with overwrite_output_dir=True and one of: {'; '.join(new_run)})")
+            f"{restart} and one of: {'; '.join(new_run)})")

@@ -198,7 +198,7 @@ def stop_message(writing: str, step: int, ckpts: StepCheckpoints, per_checkpoint
     make = f"make room{held}" if (head, fix) == NO_ROOM else fix
     stands = (f"the last complete checkpoint {latest} stands: {make}, then continue with resume=True"
               if latest is not None else
-              f"no checkpoint of this run can be resumed: {make}, then start again with overwrite_output_dir=True")
+              f"no checkpoint of this run can be resumed: {make}, then {ckpts.restart()}")
     have = room_then(error, ckpts.root, "the write failed")
     other = "; or set output_dir to a disk with room" if (head, fix) == NO_ROOM else ""
     return f"{head} writing {writing} after step {step} ({have}{size}): {reason(error)}; {stands}{other}"

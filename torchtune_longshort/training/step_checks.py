@@ -30,8 +30,7 @@ def after_non_finite(ckpts) -> str:
         return (f". The last checkpoint, {last}, stands: resume=True continues from it (with a lower optimizer.lr "
                 "if the loss diverged)")
     return (". No checkpoint of this run to resume from: at the first steps a non-finite value comes from the "
-            "start weights (checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then start again with "
-            "overwrite_output_dir=True")
+            f"start weights (checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then {ckpts.restart()}")
 
 
 def loss_terms(out) -> torch.Tensor:
