@@ -7,7 +7,7 @@ written here."""
 from __future__ import annotations
 
 import pytest
-from run_folders import recipe_made, tree
+from run_folders import commit_step, recipe_made, tree
 
 from torchtune_longshort.training.output_dir import check_output_dir, prepare_output_dir
 from torchtune_longshort.training.written_files import HERE
@@ -58,6 +58,11 @@ def test_a_git_work_tree_is_never_deleted_nor_its_git_folder_advised_out(tmp_pat
     assert "it is a git work tree" in _refusal(run)
     assert overwrite_advice(run, ()) == ("choose another output_dir (overwrite_output_dir=True would not delete it: it "
                                          "is a git work tree)")
+    with pytest.raises(FileExistsError) as plain:  # a plain rerun's ways: no overwrite advised, another folder once
+        check_output_dir(run, resume=False, overwrite=False)
+    said = str(plain.value)
+    assert said.endswith(": choose another output_dir (overwrite_output_dir=True would not delete it: it is a git "
+                         "work tree)") and said.count("choose another output_dir") == 1, said
 
 
 @pytest.mark.parametrize("what", ["cwd", "input"])
@@ -86,3 +91,23 @@ def test_a_users_file_put_in_after_the_claim_keeps_the_earlier_run(tmp_path):
         lock.clear_earlier_run()
     lock.release()
     assert tree(run) == sorted(set(before) - {".lock"}) and (run / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_a_plain_rerun_refused_names_a_users_file_to_move_out_before_the_overwrite(tmp_path, tiny_llama2_dir, saved):
+    # it advised overwrite_output_dir=True alone, which the user's file then refused; the advice is now one the
+    # next command takes (the reference: the overwrite's own check, refused before the file moves, taken after)
+    run = recipe_made(tmp_path / "run")
+    if saved:
+        commit_step(run, 1, tiny_llama2_dir)
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="exists and is not empty") as plain:
+        check_output_dir(run, resume=False, overwrite=False)
+    said = str(plain.value)
+    assert said.endswith("output_dir also holds 'notes.txt', which this recipe did not write: move that out of it, "
+                         "then start it again with overwrite_output_dir=True, or choose another output_dir"), said
+    assert ("Pass resume=True to continue that run, or train anew: " in said) == saved, said
+    with pytest.raises(FileExistsError, match="it holds 'notes.txt'"):
+        check_output_dir(run, resume=False, overwrite=True)
+    (run / "notes.txt").rename(tmp_path / "notes.txt")
+    check_output_dir(run, resume=False, overwrite=True)

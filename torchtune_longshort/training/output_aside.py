@@ -7,7 +7,7 @@ stopped in its setup left it (:func:`nothing_written`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from torchtune_longshort.output_guard import read_names
 from torchtune_longshort.training.checkpointing import MANIFEST, STAGING, StepCheckpoints
@@ -77,14 +77,19 @@ def mend_interrupted_start(out: Path) -> None:
         aside.rmdir()
 
 
-def ways_on(out: Path) -> str:
+def ways_on(out: Path, blocked: Optional[str] = None) -> str:
     """What a refused plain rerun into ``out`` can do instead: only the ways that one of its folders accepts (a
-    resume needs a checkpoint to resume from; an overwrite, a folder this recipe made)."""
+    resume needs a checkpoint to resume from; an overwrite, a folder this recipe made). ``blocked``: where
+    ``overwrite_output_dir=True`` alone would be refused, the advice that gets it taken
+    (:func:`.overwrite_rules.overwrite_blocked`, a user's file there named to move out first); it advised the
+    overwrite alone, which that file then refused."""
     if not (out / MARKER).is_file():
         return "This recipe did not make it: choose another output_dir"
     if StepCheckpoints(out).latest(resumable=True) is None and not resumable_aside(out):
-        return ("It holds no checkpoint to resume from (its run stopped before its first save): pass "
-                "overwrite_output_dir=True to replace it, or choose another output_dir")
+        return ("It holds no checkpoint to resume from (its run stopped before its first save): "
+                f"{blocked or 'pass overwrite_output_dir=True to replace it, or choose another output_dir'}")
+    if blocked:
+        return f"Pass resume=True to continue that run, or train anew: {blocked}"
     return ("Pass resume=True to continue that run, overwrite_output_dir=True to replace it, or choose another "
             "output_dir")
 

@@ -42,7 +42,7 @@ from torchtune_longshort.training.written_files import (
     written_by_recipe,
 )
 from torchtune_longshort.training.overwrite_rules import (
-    Input, check_deletable, deletion_rank, foreign_entries, overwrite_advice,
+    Input, check_deletable, deletion_rank, foreign_entries, overwrite_advice, overwrite_blocked,
 )
 
 def prepare_output_dir(
@@ -128,7 +128,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
             return
         if not overwrite:
             raise FileExistsError(f"output_dir={str(out)!r} exists and is not empty; refusing to write over it. "
-                                  f"{_ways_on(out)}")
+                                  f"{_ways_on(out, overwrite_blocked(out, protect, written_here, other=True))}")
         check_deletable(out, protect, written_here)
 
 

@@ -43,14 +43,23 @@ def overwrite_advice(out: Path, protect: Sequence[Input], written_here: Sequence
     """How to start a run the recipe made again with ``overwrite_output_dir=True`` so that the overwrite is taken: as
     is, or once what the user keeps there is moved out (named), or another ``output_dir`` where the folder is one the
     overwrite never deletes. A resume refused advised the overwrite alone, which a user's file there then refused."""
+    return overwrite_blocked(out, protect, written_here) or "start it again with overwrite_output_dir=True"
+
+
+def overwrite_blocked(out: Path, protect: Sequence[Input], written_here: Sequence[str] = (),
+                      other: bool = False) -> Optional[str]:
+    """:func:`overwrite_advice` where ``overwrite_output_dir=True`` alone would be refused; None where it is taken.
+    ``other``: a move-it-out advice also offers another ``output_dir`` (the advice for a folder overwrite never
+    deletes is that already)."""
     real = out.resolve()
     place = _place_refusal(real, protect)
     if place:
         return f"choose another output_dir (overwrite_output_dir=True would not delete it: {place})"
     held = _held_refusal(real, written_here)
     if held:
-        return f"output_dir also holds {held}: move that out of it, then start it again with overwrite_output_dir=True"
-    return "start it again with overwrite_output_dir=True"
+        return (f"output_dir also holds {held}: move that out of it, then start it again with "
+                f"overwrite_output_dir=True{', or choose another output_dir' if other else ''}")
+    return None
 
 
 def _place_refusal(real: Path, protect: Sequence[Input]) -> Optional[str]:
