@@ -147,8 +147,24 @@ def test_a_run_from_scratch_resumes_with_its_step_0_deleted(tmp_path, tiny_llama
     assert ask()[1:] == (run / "step_0", run / "step_0")
     shutil.rmtree(run / "step_0")  # a LoRA run's base is step_0: refused in one line naming it and the fix
     with pytest.raises(ValueError, match=r"^resume=True: .*step_0 \(this run's random start, its LoRA adapters' base\) "
-                                         r"is missing: put it back, or train again with overwrite_output_dir=True$"):
+                                         r"is missing: put it back, or train anew: start again with "
+                                         r"overwrite_output_dir=True$"):
         start_state_dict(config, StepCheckpoints(run), run / "step_2", LoRAInfo(rank=2), 0, True, lambda: None)
+    # the recipe's advice (StepCheckpoints.restart) names a user's file there, which the overwrite alone then refused
+    from torchtune_longshort.training.overwrite_rules import overwrite_advice
+    from torchtune_longshort.training.recipe_checkpoints import check_start_unchanged
+
+    (run / ".longshort_output").write_text("")
+    (run / "notes.txt").write_text("mine")
+    advised = StepCheckpoints(run, restart=lambda: overwrite_advice(run, ()))
+    move = r"move that out of it, then start it again with overwrite_output_dir=True$"
+    with pytest.raises(ValueError, match=r"put it back, or train anew: output_dir also holds 'notes.txt', .*" + move):
+        start_state_dict(config, advised, run / "step_2", LoRAInfo(rank=2), 0, True, lambda: None)
+    with pytest.raises(ValueError, match=r"back in place, or train anew: output_dir also holds 'notes.txt', .*" + move):
+        check_start_unchanged({"start_digest": "another", "step": 2}, run / "step_0", run / "step_2", LoRAInfo(rank=2),
+                              advised.restart)
+    (run / "notes.txt").unlink()
+    (run / ".longshort_output").unlink()
     # a full fine-tune whose steps are RoPE-scaled (linear x2 in step_2's config.json, as transformers reads it): the
     # resumed step's config.json is the scaled one, not the base its steps are written with: refused likewise
     from transformers import AutoConfig
@@ -158,6 +174,6 @@ def test_a_run_from_scratch_resumes_with_its_step_0_deleted(tmp_path, tiny_llama
                                                                                      "factor": 2.0}}))
     assert AutoConfig.from_pretrained(run / "step_2").rope_scaling["factor"] == 2.0
     with pytest.raises(ValueError, match=r"^resume=True: .*step_0 \(this run's random start, the base its RoPE-scaled "
-                                         r"steps are written with\) is missing: put it back, or train again with "
-                                         r"overwrite_output_dir=True$"):
+                                         r"steps are written with\) is missing: put it back, or train anew: "
+                                         r"start again with overwrite_output_dir=True$"):
         ask()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torchtune import training
@@ -161,7 +161,7 @@ def start_state_dict(config: RecipeConfig, ckpts: StepCheckpoints, resume_dir: O
         elif resume_dir is not None and not ckpts.path(0).is_dir():
             why = "its LoRA adapters' base" if lora.enabled else "the base its RoPE-scaled steps are written with"
             raise ValueError(f"resume=True: {start_dir} (this run's random start, {why}) is missing: put it back, "
-                             "or train again with overwrite_output_dir=True")
+                             f"or train anew: {ckpts.restart()}")
         elif resume_dir is not None:
             check_start_tokenizer(ckpts, resume_dir)
     lora.base_dir = str(Path(start_dir).resolve())
@@ -198,12 +198,14 @@ def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]]
     return hf_cfg
 
 
-def check_start_unchanged(recipe_state: Optional[Dict[str, Any]], start: Path, read_dir: Path, lora: LoRAInfo) -> \
+def check_start_unchanged(recipe_state: Optional[Dict[str, Any]], start: Path, read_dir: Path, lora: LoRAInfo,
+                          restart: Callable[[], str] = lambda: "start again with overwrite_output_dir=True") -> \
         Optional[str]:
     """A LoRA run's resume reads its base weights from the start folder again: refused when that folder's content is
     not the one the saved adapters were trained on (another checkpoint of the same shapes copied over it would train
     on without a word). Returns the digest to record in this run's states (None for full fine-tuning, which resumes
-    from its own saved weights)."""
+    from its own saved weights). ``restart``: how the run starts anew (the recipe's ``StepCheckpoints.restart``, a
+    user's file in output_dir named to move out before the overwrite, which the overwrite advised alone refused)."""
     if not lora.enabled:
         return None
     digest = CheckpointFolder.open(read_dir).content_digest()
@@ -211,8 +213,7 @@ def check_start_unchanged(recipe_state: Optional[Dict[str, Any]], start: Path, r
     if saved is not None and saved != digest:
         raise ValueError(f"resume=True: the start checkpoint {str(start)!r} (checkpointer.checkpoint_dir) is not the "
                          f"one step {recipe_state['step']}'s adapters were trained on: its config.json or weights "
-                         "changed since; resume with that checkpoint back in place, or start again with "
-                         "overwrite_output_dir=True")
+                         f"changed since; resume with that checkpoint back in place, or train anew: {restart()}")
     return digest
 
 

@@ -235,7 +235,7 @@ class RecipeSetup:
         model_sd, self._start_dir, read_dir = recipe_checkpoints.start_state_dict(
             cfg, self.ckpts, self._resume_dir, self._lora, self.seed, self._is_rank_zero, self._barrier)
         self._start_digest = recipe_checkpoints.check_start_unchanged(recipe_state, self._start_dir, read_dir,
-                                                                       self._lora)
+                                                                       self._lora, self.ckpts.restart)
         if read_dir != self._start_dir and self._is_rank_zero:
             self._staged_start = read_dir  # step_0 from scratch: committed when the setup has succeeded
         # The base config.json every step_k is written with (its RoPE entries replaced by the model's).
