@@ -203,14 +203,14 @@ def check_start_unchanged(recipe_state: Optional[Dict[str, Any]], start: Path, r
         Optional[str]:
     """A LoRA run's resume reads its base weights from the start folder again: refused when that folder's content is
     not the one the saved adapters were trained on (another checkpoint of the same shapes copied over it would train
-    on without a word). Returns the digest to record in this run's states (None for full fine-tuning, which resumes
-    from its own saved weights). ``restart``: how the run starts anew (the recipe's ``StepCheckpoints.restart``, a
-    user's file in output_dir named to move out before the overwrite, which the overwrite advised alone refused)."""
-    if not lora.enabled:
-        return None
+    on without a word). Returns the digest to record in this run's states, a full fine-tune's too (it resumes from
+    its own saved weights, but a resume that names its start elsewhere, the folder moved, goes on where the digest is
+    the same: :mod:`~torchtune_longshort.training.moved_sources`). ``restart``: how the run starts anew (the recipe's
+    ``StepCheckpoints.restart``, a user's file in output_dir named to move out before the overwrite, which the
+    overwrite advised alone refused)."""
     digest = CheckpointFolder.open(read_dir).content_digest()
     saved = (recipe_state or {}).get("start_digest")
-    if saved is not None and saved != digest:
+    if lora.enabled and saved is not None and saved != digest:
         raise ValueError(f"resume=True: the start checkpoint {str(start)!r} (checkpointer.checkpoint_dir) is not the "
                          f"one step {recipe_state['step']}'s adapters were trained on: its config.json or weights "
                          f"changed since; resume with that checkpoint back in place, or train anew: {restart()}")

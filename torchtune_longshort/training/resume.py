@@ -27,6 +27,7 @@ from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED, scaling_start_of_node
 from torchtune_longshort.training.moved_data import moved_data
+from torchtune_longshort.training.moved_sources import SamePlace, moved_sources
 from torchtune_longshort.training.tokenizer_unchanged import check_tokenizer_unchanged
 from torchtune_longshort.rope import ROPE_METHODS
 from torchtune_longshort.windows import resolve_e_range
@@ -165,14 +166,18 @@ def _same_shifts(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
 
 
 def compare_resume_config(saved: Dict[str, Any], new: Dict[str, Any], step_spec: Optional[Dict[str, Any]] = None,
-                          notes: Optional[Dict[str, str]] = None) -> List[Tuple[str, Any, Any]]:
+                          notes: Optional[Dict[str, str]] = None, moved: Optional[SamePlace] = None
+                          ) -> List[Tuple[str, Any, Any]]:
     """Refuse changes that break exact resume (``ValueError`` listing each); return the others as
     ``(key, old, new)`` for the caller to apply and log. Both configs are plain dicts (interpolations resolved),
     compared with their paths resolved, those inside the run's folder relative to it and the defaults they leave
     out filled (:func:`_as_run_sees_it`; ``step_spec``: the resumed step's ``longshort_rope``, which says what a
-    learned RoPE's settings left out were; ``notes``: words said after a key's refused change)."""
-    broken, applied = [], []
+    learned RoPE's settings left out were; ``notes``: words said after a key's refused change; ``moved``: which
+    changed paths name a start or tokenizer moved as it was, :func:`~.moved_sources.moved_sources`)."""
     old_flat, new_flat = _flat(_as_run_sees_it(saved, step_spec)), _flat(_as_run_sees_it(new, step_spec))
+    broken, (applied, moved_notes) = [], (moved(old_flat, new_flat) if moved else ([], {}))
+    new_flat.update({key: a for key, a, _ in applied})
+    notes = {**(notes or {}), **moved_notes}
     if _same_shifts(old_flat, new_flat):
         new_flat["e_range"] = old_flat["e_range"]
     if converted_alike(old_flat.get(MODEL_TYPE), new_flat.get(MODEL_TYPE)):
@@ -336,10 +341,12 @@ def resume_changes(output_dir: Path, new_config: Dict[str, Any]) -> List[Tuple[s
 def _compared(saved: Dict[str, Any], new_config: Dict[str, Any], state: Dict[str, Any], step_dir: Path
               ) -> List[Tuple[str, Any, Any]]:
     """:func:`compare_resume_config` of ``step_dir``'s saved config, a ``local_text`` folder moved with its files as
-    they were (:func:`~.moved_data.moved_data`) taken as the run's data, the move among the changes applied."""
+    they were (:func:`~.moved_data.moved_data`) taken as the run's data and a start checkpoint or tokenizer moved as
+    it was (:func:`~.moved_sources.moved_sources`) as the run's, the moves among the changes applied."""
     data = state.get("data") or {}  # the batcher's state, its stream's inside
     compared, moved, notes = moved_data(saved, new_config, data.get("stream"))
-    changes = compare_resume_config(saved, compared, CheckpointFolder.open(step_dir).rope_spec, notes)
+    changes = compare_resume_config(saved, compared, CheckpointFolder.open(step_dir).rope_spec, notes,
+                                    moved_sources(state, step_dir))
     return changes + ([moved] if moved else [])
 
 

@@ -39,6 +39,15 @@ def _pairs(source: Path, step_dir: Path) -> List[Tuple[Path, Path]]:
     return [(a, b) for a, b in pairs if a.is_file() and b.is_file()]
 
 
+def same_tokenizer(source: Path, step_dir: Path) -> bool:
+    """Whether the tokenizer source ``source`` (a folder or file, where it lies now) is the one whose copies
+    ``step_dir`` holds: it holds at least one id file, each with a copy in ``step_dir``, byte for byte the same (a
+    tokenizer moved or copied as it was, :mod:`~torchtune_longshort.training.moved_sources`)."""
+    root, pairs = _source_root(source), _pairs(source, Path(step_dir))
+    lacked = [rel for rel in ID_FILES if (root / rel).is_file() and not (Path(step_dir) / rel).is_file()]
+    return bool(pairs) and not lacked and all(filecmp.cmp(a, b, shallow=False) for a, b in pairs)
+
+
 def check_tokenizer_unchanged(step_dir: Path, config: Dict[str, Any]) -> None:
     """Refuse (``ValueError``, one line naming the field and the file) a resume whose tokenizer source holds a file
     other than the copy in ``step_dir``, the step it resumes. A source that is gone, or holds none of the step's
