@@ -30,3 +30,19 @@ def test_a_newest_step_without_its_recipe_state_is_said_to_be_weights_only(tiny_
     torch.save({"step": 4}, recipe_state_path(run / "step_4"))  # with its state: the folder alone, as before
     assert read_recipe_state(run / "step_4") == {"step": 4} and ckpts.latest(resumable=True) == run / "step_4"
     assert latest_checkpoint_said(ckpts) == str(run / "step_4")
+
+
+def test_a_users_whole_step_folder_past_max_steps_is_not_named_as_the_runs(tiny_llama2_dir, tmp_path):
+    """A resume of an 8-step run beside a user's whole ``step_9/`` (a checkpoint they keep there; the resume leaves it
+    untouched) ended naming it: ``checkpoint: .../step_9 (weights only ...)``. Reference: the run's own step_8."""
+    run = tmp_path / "run"
+    for step in (8, 9):
+        shutil.copytree(tiny_llama2_dir, run / f"step_{step}")
+    recipe_state_path(run / "step_8").parent.mkdir()
+    torch.save({"step": 8}, recipe_state_path(run / "step_8"))
+    ckpts = StepCheckpoints(run)
+    assert ckpts.latest() == run / "step_9"  # a whole folder: a step, as a resume of a longer run reads it
+    assert latest_checkpoint_said(ckpts, through=8) == str(run / "step_8")
+    assert latest_checkpoint_said(ckpts, through=9).startswith(f"{run / 'step_9'} (weights only")
+    torch.save({"step": 9}, recipe_state_path(run / "step_9"))  # resumed from: named whatever max_steps says
+    assert latest_checkpoint_said(ckpts, through=8) == str(run / "step_9")

@@ -51,7 +51,7 @@ with stopped_while_importing(__name__, PROG):  # Ctrl-C while it imports (second
     from torchtune_longshort.training.out_of_memory import OutOfMemory, describe, stop_message
     from torchtune_longshort.training.out_of_space import OutOfSpace
     from torchtune_longshort.training.recipe_config.validate import check_config_argument, tune_run_import_path
-    from torchtune_longshort.training.recipe_saving import RecipeSaving, latest_checkpoint_said
+    from torchtune_longshort.training.recipe_saving import RecipeSaving, latest_checkpoint_said, run_latest
     from torchtune_longshort.training.recipe_setup import RecipeSetup
     from torchtune_longshort.training.step_checks import (TERMS, after_non_finite, check_finite_losses,
                                                           check_finite_norms, clip_gradient_norms, loss_terms,
@@ -289,8 +289,8 @@ class LongShortFinetuneRecipe(RecipeSaving, RecipeSetup):
         if self._is_rank_zero:
             if not self.finished:  # a finished run's resume started no logger
                 self._run_log.close_loggers()
-            latest = latest_checkpoint_said(self.ckpts)
-            print(f"[longshort] checkpoint: {latest}{base_config_note(self.ckpts.latest())}")
+            latest = latest_checkpoint_said(self.ckpts, self.max_steps)  # a user's step past max_steps: not named
+            print(f"[longshort] checkpoint: {latest}{base_config_note(run_latest(self.ckpts, self.max_steps))}")
             print(where_logged(self.output_dir, self.config.metric_logger.log_dir))
         if self._distributed:
             # every rank leaves together: a rank that tears its gloo pairs down while its peer is still flushing

@@ -8,6 +8,8 @@ It reads what :class:`~.recipe_setup.RecipeSetup` and the recipe set up (``_mode
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
+from typing import Optional
 
 from torchtune import utils
 
@@ -19,12 +21,20 @@ from torchtune_longshort.training.out_of_space import OutOfSpace
 log = utils.get_logger("INFO")
 
 
-def latest_checkpoint_said(ckpts) -> str:
-    """The newest complete step folder of ``ckpts`` (a :class:`~.checkpointing.StepCheckpoints`), as the run's last
-    line names it; one without its recipe state (a cut save's ``old_step_<k>`` put back) says so and names the step
-    ``resume=True`` continues from (the weights-only step was named alone, after "Nothing to train: resumed at
-    step 2")."""
-    last, resumable = ckpts.latest(), ckpts.latest(resumable=True)
+def run_latest(ckpts, through: Optional[int] = None) -> Optional[Path]:
+    """The newest complete step folder of ``ckpts`` (a :class:`~.checkpointing.StepCheckpoints`) that is the run's:
+    none past ``through`` (its ``max_steps``: a run never saves there; a user's whole ``step_9/`` beside a resume of 8
+    steps was named as the run's checkpoint) but the one ``resume=True`` continues from."""
+    resumable = ckpts.latest(resumable=True)
+    own = [k for k in ckpts.steps() if through is None or k <= through or ckpts.path(k) == resumable]
+    return ckpts.path(own[-1]) if own else None
+
+
+def latest_checkpoint_said(ckpts, through: Optional[int] = None) -> str:
+    """The run's newest complete step folder (:func:`run_latest`), as the run's last line names it; one without its
+    recipe state (a cut save's ``old_step_<k>`` put back) says so and names the step ``resume=True`` continues from
+    (the weights-only step was named alone, after "Nothing to train: resumed at step 2")."""
+    last, resumable = run_latest(ckpts, through), ckpts.latest(resumable=True)
     if last is None or last == resumable:
         return str(last)
     return (f"{last} (weights only: no recipe state; resume=True continues from "
