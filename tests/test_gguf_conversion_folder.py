@@ -38,12 +38,13 @@ def test_a_conversion_replaces_only_what_an_earlier_conversion_wrote(tmp_path, m
         written + ["NOTES.md"])
     (out / "NOTES.md").unlink()
     (out / "config.json").write_text("{}")  # an earlier conversion's file: replaced
-    # a mark edited to name files outside the folder: nothing out there is deleted (both were, through the mark)
+    # a mark edited to name files outside the folder: nothing out there is deleted (both were, through the mark);
+    # a name that is no string (7) counts as none, not a TypeError
     mark = json.loads((out / DONE_MARK).read_text())
     away = tmp_path / "away.txt"
     away.write_text("keep")
     (out / DONE_MARK).write_text(json.dumps({**mark, "files": mark["files"] + ["../conv.partial/thesis.txt",
-                                                                                str(away)]}))
+                                                                                str(away), 7]}))
     assert main(["--gguf", str(gguf), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == written and json.loads((out / "config.json").read_text())
     assert (partial / "thesis.txt").read_text() == "keep" and away.read_text() == "keep"
