@@ -47,15 +47,24 @@ def test_longshort_cp_refuses_a_device_or_pipe_for_a_destination(tmp_path, capsy
     # replaced the user's pipe by a file
     from torchtune_longshort.configs_cli import main
 
+    import socket
+
     fifo = tmp_path / "p.yaml"
     os.mkfifo(fifo)
-    for dest, flags, word in (("/dev/null", [], "character device"), (str(fifo), ["--force"], "named pipe")):
+    (tmp_path / "l.yaml").symlink_to(fifo)  # a link to the pipe is the pipe; so is `p`, which names p.yaml
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "s.yaml"))
+    for dest, flags, word in (("/dev/null", [], "character device"), (str(fifo), ["--force"], "named pipe"),
+                              (str(tmp_path / "l.yaml"), ["-n"], "named pipe"),
+                              (str(tmp_path / "p"), ["-n"], "named pipe"), (str(tmp_path / "s.yaml"), [], "socket")):
         with pytest.raises(SystemExit) as exit_info:
             main(["tiny/longshort_stdlib.yaml", dest, *flags])
         err = capsys.readouterr().err
+        dest = dest if dest != str(tmp_path / "p") else str(fifo)
         assert exit_info.value.code == 2 and err.count("\n") == 1 and f"{dest} is a {word}" in err, err
-    assert not os.path.lexists("/dev/null.yaml") and [p.name for p in tmp_path.iterdir()] == ["p.yaml"]
-    assert fifo.is_fifo()
+    sock.close()
+    assert not os.path.lexists("/dev/null.yaml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.yaml", "p.yaml", "s.yaml"] and fifo.is_fifo()
 
 
 def test_longshort_cp_refuses_a_link_to_nothing_without_force(tmp_path, capsys):
