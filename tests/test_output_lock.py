@@ -37,10 +37,11 @@ def test_a_lock_whose_pid_was_reused_is_stale(tmp_path):
         other.wait()
 
 
-@pytest.mark.parametrize("kind", ["text", "folder", "link"])
+@pytest.mark.parametrize("kind", ["text", "folder", "link", "three numbers", "binary", "link to digits"])
 def test_a_users_file_named_lock_is_refused_and_kept(tmp_path, kind):
     """A ``.lock`` that no start wrote (a user's notes, a folder, a link) is no stale lock: before, a file was
-    deleted and the folder taken; now the start is refused, naming it, and it is left as it was."""
+    deleted and the folder taken; now the start is refused, naming it, and it is left as it was. A lock is a plain
+    file of at most two numbers (``<pid> <start>``), in UTF-8."""
     from torchtune_longshort.training.output_dir import OutputDirInUse, OutputDirLock
 
     lock = tmp_path / ".lock"
@@ -48,6 +49,13 @@ def test_a_users_file_named_lock_is_refused_and_kept(tmp_path, kind):
         lock.write_text("my notes\n")
     elif kind == "folder":
         (lock / "inner").mkdir(parents=True)
+    elif kind == "three numbers":
+        lock.write_text("1 2 3\n")
+    elif kind == "binary":
+        lock.write_bytes(b"\xff\xfe\n")
+    elif kind == "link to digits":
+        (tmp_path / "pid").write_text("999999999\n")
+        lock.symlink_to(tmp_path / "pid")
     else:
         lock.symlink_to(tmp_path / "elsewhere")
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
