@@ -34,9 +34,9 @@ def _refused(tmp_path, monkeypatch, capsys, out):
 
 
 # runs/<key>: a run's folder replaced by a user's file; before, the pre-flight passed, the run failed at its
-# mkdir and its record's write ended the study in a traceback
-@pytest.mark.parametrize("name", ["babilong_data", "runs/clex_a0_s0"])
-@pytest.mark.parametrize("kind", ["file", "link to nothing"])
+# mkdir and its record's write ended the study in a traceback; every run's folder is checked, not the first alone
+@pytest.mark.parametrize("name, kind", [("babilong_data", "file"), ("babilong_data", "link to nothing"),
+                                        ("runs/clex_a0_s0", "file"), ("runs/clex_a0.3_s0", "link to nothing")])
 def test_a_non_folder_at_babilong_data_in_the_studys_own_folder_is_refused_up_front(tmp_path, monkeypatch, capsys,
                                                                                     kind, name):
     out = tmp_path / "q1"
