@@ -176,6 +176,9 @@ def test_a_study_folder_moved_elsewhere_keeps_its_finished_runs(tmp_path, monkey
                    repo_root=ROOT, executor=ex, log=lambda m: None)
     assert all(r["status"] == "ok" for r in edited.run().values())
     assert ex.calls and not [c for c in ex.calls if Path(c[0]).name == "tune"]
+    # a recipe.yaml that no longer reads as YAML (a user's edit) is another config, not the same one
+    now = (moved / "runs" / "pi_a0_s0" / "recipe.yaml").read_text()
+    assert edited._same_recipe("pi_a0_s0", now, now) and not edited._same_recipe("pi_a0_s0", "output_dir: [", now)
 
 
 def test_portable_names_a_path_by_the_longest_place_that_holds_it(tmp_path, monkeypatch):
