@@ -70,12 +70,18 @@ def test_a_model_args_batch_size_goes_as_the_option_and_bad_paths_are_refused(tm
     assert [a for a in out if "pretrained=/p" in a] == ["pretrained=/p"]
     (tmp_path / "afile").write_text("")
     (tmp_path / "__p").write_text("mine")
+    (tmp_path / "lk").mkdir()
+    (tmp_path / "lk" / "__p").symlink_to(tmp_path / "gone")  # a link to nothing there: lm-eval's mkdir fails as well
+    (tmp_path / "ok" / "__p").mkdir(parents=True)  # an earlier run's results folder: written in again, not refused
+    lm_eval_argv(["run", "--model", "hf", "--model_args", "pretrained=/p", "--output_path", str(tmp_path / "ok")])
     for args, error, match in [
             (["--model_args", "pretrained=/p,batch_size=4", "--batch_size", "2"], ValueError, "give it once"),
             (["--output_path", str(tmp_path / "afile")], NotADirectoryError, "is a file, not a folder"),
             # a file where lm-eval's <output_path>/<model> folder goes: it evaluated, then could not save
             (["--model_args", "pretrained=/p", "--output_path", str(tmp_path)], NotADirectoryError,
              "__p', the folder lm-eval writes the results in .* is a file, not a folder"),
+            (["--model_args", "pretrained=/p", "--output_path", str(tmp_path / "lk")], NotADirectoryError,
+             "lk/__p', the folder lm-eval writes the results in"),
             (["--output_path", "/proc/longshort_x/r.json"], PermissionError, "cannot be created"),
             (["--output_path", "/proc"], PermissionError, "does not take new files"),  # evaluated, then not saved
             (["--include_path", str(tmp_path / "absent")], FileNotFoundError, "--include_path .* does not exist"),
