@@ -201,8 +201,11 @@ def test_generator_overwrites_only_its_own_files_and_refuses_before_writing(tmp_
     (broken / "1k").mkdir(parents=True)
     (broken / gen.WRITTEN).write_text("[")
     (broken / "1k" / ".qa1.jsonl.partial").write_text("mine\n")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / gen.WRITTEN).symlink_to(tmp_path / "gone")  # a link to nothing by the list's name
     cases = [(["--out", str(mine)], "holds '1k/qa1.jsonl', which no earlier run there wrote"),
              (["--out", str(broken)], f"holds {gen.WRITTEN}, which is no JSON list of names"),
+             (["--out", str(tmp_path / "linked")], f"holds {gen.WRITTEN}, which is no JSON list of names"),
              (["--out", str(tmp_path / "o"), "--haystack", str(tmp_path / "absent.txt")], "haystack="),
              (["--out", str(tmp_path / "o"), "--tokenizer", str(tmp_path / "absent_tok")],
               "absent_tok': no tokenizer file or folder there: name a tokenizer folder or file"),
@@ -216,9 +219,11 @@ def test_generator_overwrites_only_its_own_files_and_refuses_before_writing(tmp_
             gen.main(args + extra)
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err, err
-    assert (mine / "1k" / "qa1.jsonl").read_text() == "my rows\n" and sorted(os.listdir(tmp_path)) == ["broken", "mine"]
+    assert (mine / "1k" / "qa1.jsonl").read_text() == "my rows\n" and sorted(os.listdir(tmp_path)) == ["broken", "linked", "mine"]
     assert (broken / gen.WRITTEN).read_text() == "[" and os.listdir(broken / "1k") == [".qa1.jsonl.partial"]
     out = tmp_path / "o"
+    out.mkdir()
+    (out / gen.WRITTEN).write_text("")  # empty: a run killed between the list's create and its write; not refused
     assert gen.main(args + ["--out", str(out)]) == 0
     first = (out / "1k" / "qa1.jsonl").read_text()
     with pytest.raises(SystemExit):  # an unreadable haystack: the earlier file stays whole
