@@ -55,8 +55,12 @@ def test_a_file_where_the_command_makes_a_folder_is_refused_naming_it(tmp_path, 
     with pytest.raises(NotADirectoryError, match=r"^--out='.*' holds '1k', a file where the command writes the "
                        r"folder '1k/': move it away, or choose another --out$"):
         check_output_folder(tmp_path, "--out", ["1k/qa1.jsonl", "2k/qa1.jsonl"], lambda folder: False)
+    with pytest.raises(NotADirectoryError, match="holds '1k', a file where"):  # a folder above the file's folder too
+        check_output_folder(tmp_path, "--out", ["1k/deep/qa1.jsonl"], lambda folder: False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1k"]
     check_output_folder(tmp_path, "--out", ["2k/qa1.jsonl", "*.png"], lambda folder: False)  # a folder it skips
+    (tmp_path / "r*").write_text("mine")  # a glob's folder part is no name: a file named like it is not in the way
+    check_output_folder(tmp_path, "--out", ["r*/x.png"], lambda folder: False)
 
 
 def test_a_replaced_name_outside_what_the_command_writes_is_not_removed(tmp_path):
