@@ -256,12 +256,12 @@ def test_hf_auto_n_over_fewer_requests_than_n_detects_at_each_request_instead_of
     upstream = stand_in(2.5)
     upstream_chunks = chunks(upstream, 20)  # enough requests: what lm-eval does, left as it is
     monkeypatch.setattr(evaluator, "evaluate", lambda lm, n: (chunks(lm, n), lm.detected, lm.batch_schedule))
-    scheduler = HFLM._batch_scheduler
+    scheduler, evaluate = HFLM._batch_scheduler, evaluator.evaluate
     with hf_auto_schedule_floored():
         assert evaluator.evaluate(stand_in(2.5), 1) == ([1], [0], 2.5)
         assert evaluator.evaluate(stand_in(5), 3) == ([3], [0, 1, 2], 5)  # a detection at each request
         assert evaluator.evaluate(stand_in(2.5), 20) == (upstream_chunks, upstream.detected, 2.5)
-    assert HFLM._batch_scheduler is scheduler and evaluator.evaluate is not scheduler
+    assert HFLM._batch_scheduler is scheduler and evaluator.evaluate is evaluate  # both restored
     notes = [r.getMessage() for r in caplog.records if "auto:" in r.getMessage()]
     assert notes == ["--batch_size auto:2.5: 1 request in a list, fewer than 2.5: hf detects its batch size at each "
                      "request (lm-eval's own schedule divides by int(1 / 2.5) = 0)"]  # one line, once a run
