@@ -54,16 +54,23 @@ def test_longshort_cp_refuses_a_device_or_pipe_for_a_destination(tmp_path, capsy
     (tmp_path / "l.yaml").symlink_to(fifo)  # a link to the pipe is the pipe; so is `p`, which names p.yaml
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(tmp_path / "s.yaml"))
-    for dest, flags, word in (("/dev/null", [], "character device"), (str(fifo), ["--force"], "named pipe"),
-                              (str(tmp_path / "l.yaml"), ["-n"], "named pipe"),
-                              (str(tmp_path / "p"), ["-n"], "named pipe"), (str(tmp_path / "s.yaml"), [], "socket")):
-        with pytest.raises(SystemExit) as exit_info:
-            main(["tiny/longshort_stdlib.yaml", dest, *flags])
-        err = capsys.readouterr().err
-        dest = dest if dest != str(tmp_path / "p") else str(fifo)
-        assert exit_info.value.code == 2 and err.count("\n") == 1 and f"{dest} is a {word}" in err, err
-    sock.close()
-    assert not os.path.lexists("/dev/null.yaml")
+    stray = "/dev/null.yaml"  # what a regression writes (as root): removed again, so it cannot outlive this test
+    assert not os.path.lexists(stray)
+    try:
+        for dest, flags, word in (("/dev/null", [], "character device"), (str(fifo), ["--force"], "named pipe"),
+                                  (str(tmp_path / "l.yaml"), ["-n"], "named pipe"),
+                                  (str(tmp_path / "p"), ["-n"], "named pipe"),
+                                  (str(tmp_path / "s.yaml"), [], "socket")):
+            with pytest.raises(SystemExit) as exit_info:
+                main(["tiny/longshort_stdlib.yaml", dest, *flags])
+            err = capsys.readouterr().err
+            dest = dest if dest != str(tmp_path / "p") else str(fifo)
+            assert exit_info.value.code == 2 and err.count("\n") == 1 and f"{dest} is a {word}" in err, err
+        assert not os.path.lexists(stray)
+    finally:
+        sock.close()
+        if os.path.lexists(stray):
+            os.unlink(stray)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l.yaml", "p.yaml", "s.yaml"] and fifo.is_fifo()
 
 
