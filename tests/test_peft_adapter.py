@@ -90,12 +90,32 @@ def test_peft_from_pretrained_gives_the_merged_logits(family_dirs, tmp_path, lay
 
 
 def test_missing_adapter_files_are_named(tmp_path, family_dirs):
+    """The refusal names the folder and the file, and the way to train anew the run's folder takes: on a resume
+    (``restart``, the recipe's ``StepCheckpoints.restart``) a user's notes.txt in output_dir, which a resume accepts,
+    is named to move out first; before, the line advised overwrite_output_dir=True alone, which that file refused."""
+    from torchtune_longshort.training.output_aside import MARKER
+    from torchtune_longshort.training.overwrite_rules import check_deletable, overwrite_advice
+
     folder = CheckpointFolder.open(family_dirs["llama2"])
     _, sd, trainable = _lora_state(folder, seed=0, trainable_norms=False)
     out = write_peft_adapter(tmp_path / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable)
     (out / "adapter_model.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match=f"LoRA adapter folder '{out}' lacks adapter_model.safetensors"):
+    with pytest.raises(FileNotFoundError, match=f"LoRA adapter folder '{out}' lacks adapter_model.safetensors: .* "
+                                                "Restore the folder, or start the run again with "
+                                                "overwrite_output_dir=True$"):
         read_peft_adapter(out, folder.config)
+    run = tmp_path / "run"  # a recipe-made output folder, and a user's file in it
+    run.mkdir()
+    (run / MARKER).write_text("")
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="'notes.txt', which this recipe did not write"):
+        check_deletable(run, ())  # the overwrite alone is refused
+    with pytest.raises(FileNotFoundError, match="Restore the folder, or train anew: output_dir also holds "
+                                                "'notes.txt', which this recipe did not write: move that out of it, "
+                                                "then start it again with overwrite_output_dir=True$"):
+        read_peft_adapter(out, folder.config, restart=lambda: overwrite_advice(run, ()))
+    (run / "notes.txt").rename(tmp_path / "notes.txt")
+    check_deletable(run, ())  # the advice followed: the overwrite is taken
 
 
 def test_qlora_adapter_says_its_base_was_nf4(tmp_path, sp_tokenizer_dir):

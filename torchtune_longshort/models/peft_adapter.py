@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -267,17 +267,20 @@ def base_config_note(step_dir: Optional[Path]) -> str:
             f"PeftModel.from_pretrained(base, {str(adapter)!r}); or use the merged {step_dir} itself")
 
 
-def read_peft_adapter(adapter_dir: Path, hf_config: Dict[str, Any]) -> StateDict:
+def read_peft_adapter(adapter_dir: Path, hf_config: Dict[str, Any],
+                      restart: Optional[Callable[[], str]] = None) -> StateDict:
     """The torchtune-named weights (``*.lora_a.weight``, ``*.lora_b.weight``, the ``modules_to_save`` ones) of an
-    adapter folder this module wrote; ``FileNotFoundError`` naming the folder and the missing file."""
+    adapter folder this module wrote; ``FileNotFoundError`` naming the folder and the missing file. ``restart``: how
+    the run trains anew instead (the recipe's ``StepCheckpoints.restart``: a user's file in output_dir named to move
+    out first, which the overwrite advised alone then refused); None: start it again with overwrite_output_dir=True."""
     from safetensors.torch import load_file
 
     adapter_dir = Path(adapter_dir)
     missing = [f for f in (WEIGHTS_FILE, CONFIG_FILE, LAYOUT_FILE) if not (adapter_dir / f).is_file()]
     if missing:
+        anew = f"train anew: {restart()}" if restart else "start the run again with overwrite_output_dir=True"
         raise FileNotFoundError(f"LoRA adapter folder {str(adapter_dir)!r} lacks {', '.join(missing)}: the adapters "
-                                "of this step cannot be read back. Restore the folder, or start the run again with "
-                                "overwrite_output_dir=True")
+                                f"of this step cannot be read back. Restore the folder, or {anew}")
     family = family_of(hf_config, where=f"{adapter_dir.parent / 'config.json'}")
     sd = load_file(str(adapter_dir / WEIGHTS_FILE))
     layout = json.loads((adapter_dir / LAYOUT_FILE).read_text())

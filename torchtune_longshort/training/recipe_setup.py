@@ -202,7 +202,8 @@ class RecipeSetup:
                 utils.log_rank_zero(log, f"seed: null drew seed={self.seed} (give seed={self.seed} to repeat this run)")
             return None
         recipe_state, self._resume_changes = read_resume_state(self._resume_dir, self._run_config,
-                                                               seed_from_state=self._seed_drawn)
+                                                               seed_from_state=self._seed_drawn,
+                                                               restart=self.ckpts.restart)
         if self._seed_drawn and recorded_seed(recipe_state) is not None:  # the run's seed, as an explicit resume's
             self._record_seed(training.set_seed(seed=recorded_seed(recipe_state),
                                                 debug_mode=self.config.cudnn_deterministic_mode))

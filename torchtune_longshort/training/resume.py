@@ -300,14 +300,15 @@ def recorded_seed(recipe_state: Dict[str, Any]) -> Optional[int]:
     return None if seed is None else int(seed)
 
 
-def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_state: bool = False
-                      ) -> Tuple[Dict[str, Any], List[Tuple[str, Any, Any]]]:
+def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_state: bool = False,
+                      restart: Optional[Callable[[], str]] = None) -> Tuple[Dict[str, Any], List[Tuple[str, Any, Any]]]:
     """``(recipe state of the step folder resume_dir, the config changes the resumed run applies)``; a change that
     breaks exact resume is refused (:func:`compare_resume_config`), and so is a tokenizer source replaced since the
     save (:func:`check_tokenizer_unchanged`). ``seed_from_state``: the new config says
     ``seed: null``, which continues with the run's recorded seed (:func:`recorded_seed`), not a change. A LoRA run's
     trainable weights are read from the step's adapter folder into ``recipe_state["trainable"]`` (refused, naming
-    the folder, when its files are gone)."""
+    the folder, when its files are gone; ``restart``: how that refusal says to train anew, as
+    :func:`read_peft_adapter` takes it)."""
     resume_dir = Path(resume_dir)
     recipe_state = read_recipe_state(resume_dir)  # onto the CPU: a torchrun resume's every rank, a CPU machine
     saved = recipe_state.get("config")
@@ -316,7 +317,7 @@ def read_resume_state(resume_dir: Path, new_config: Dict[str, Any], seed_from_st
     changes = _compared(saved, new_config, recipe_state, resume_dir) if saved is not None else []
     check_tokenizer_unchanged(resume_dir, new_config)
     if recipe_state.get("adapter"):
-        recipe_state["trainable"] = read_peft_adapter(resume_dir / ADAPTER_DIR, read_hf_config(resume_dir))
+        recipe_state["trainable"] = read_peft_adapter(resume_dir / ADAPTER_DIR, read_hf_config(resume_dir), restart)
     return recipe_state, changes
 
 
