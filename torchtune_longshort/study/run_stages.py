@@ -38,6 +38,8 @@ from torchtune_longshort.study.stages import (
 )
 from torchtune_longshort.training.checkpointing import read_recipe_state, recipe_state_path
 from torchtune_longshort.training.equal_compute import trained_steps
+from torchtune_longshort.training.overwrite_rules import overwrite_refusal
+from torchtune_longshort.training.recipe_config.inputs import input_paths, written_names
 
 # What the BABILong generator sizes to a length label: the whole request (generator.FITS)
 BABILONG_FIT = "prompt"
@@ -148,6 +150,11 @@ class RunStages(RunConfigs):
             retrain.unlink(missing_ok=True)  # a retrain that ended, its marker left by a study killed then
             return train_dir / f"step_{max_steps}", False
         extra = ["resume=True"] if [s for s in done if s > 0] else ["overwrite_output_dir=True"]
+        kept = extra[0].startswith("overwrite") and overwrite_refusal(train_dir, input_paths(recipe),
+                                                                      written_names(recipe))
+        if kept:  # the recipe would refuse the overwrite, advising an output_dir the study chooses, not its user
+            raise StageError("train", f"{train_dir} cannot be trained into ({kept}): move what you keep out of it, "
+                                      "then run the study again")
         if extra == ["resume=True"]:
             self.log(f"[study] {key}: resuming training from step_{max(done)}")
         elif not (changed and done_before):  # said once: 'training again from step 0' said it above

@@ -31,7 +31,7 @@ from torchtune_longshort.training.lock_holder import (
     folder_flock, holder_alive, process_start, read_holder, written_as_lock, written_holder,
 )
 from torchtune_longshort.training.output_aside import (
-    DISCARDED, LOCK, MARKER, REPLACED, mend_interrupted_start, nothing_written, remove_tree as _remove,
+    DISCARDED, LOCK, MARKER, REPLACED, mend_interrupted_start, remove_tree as _remove,
     resumable_aside, ways_on as _ways_on,
 )
 from torchtune_longshort.training.checkpointing import (
@@ -42,7 +42,7 @@ from torchtune_longshort.training.written_files import (
     written_by_recipe,
 )
 from torchtune_longshort.training.overwrite_rules import (
-    Input, check_deletable, deletion_rank, foreign_entries, overwrite_advice, overwrite_blocked,
+    Input, check_deletable, deletion_rank, foreign_entries, holds_a_run, overwrite_advice, overwrite_blocked,
 )
 
 def prepare_output_dir(
@@ -123,7 +123,7 @@ def check_output_dir(output_dir: PathLike, *, resume: bool, overwrite: bool, pro
                                   f"{str(out)!r}, a folder or link there, not the recipe's file: move it out of it "
                                   "first")
         return
-    if out.exists() and any(p.name != LOCK for p in out.iterdir()) and not nothing_written(out):
+    if holds_a_run(out):
         if overwrite and (out / REPLACED).is_dir():  # a killed start's: claim_output_dir mends it, then checks
             return
         if not overwrite:

@@ -13,7 +13,9 @@ from torchtune_longshort.home_folder import home_folder
 from torchtune_longshort.training.checkpointing import (
     MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
 )
-from torchtune_longshort.training.output_aside import MARKER, user_tmp_folder as _user_tmp_folder
+from torchtune_longshort.training.output_aside import (
+    LOCK, MARKER, REPLACED, nothing_written, user_tmp_folder as _user_tmp_folder,
+)
 from torchtune_longshort.training.written_files import (
     HERE, entries_of_another_kind, foreign_written, listed_files, written_by_recipe,
 )
@@ -37,6 +39,20 @@ def deletion_refusal(real: Path, protect: Sequence[Input], written_here: Sequenc
         return place
     held = _held_refusal(real, written_here)
     return f"it holds {held}" if held else None
+
+
+def holds_a_run(out: Path) -> bool:
+    """Whether a new run in ``out`` writes over something (a run stopped in its setup left nothing to)."""
+    return out.exists() and any(p.name != LOCK for p in out.iterdir()) and not nothing_written(out)
+
+
+def overwrite_refusal(out: Path, protect: Sequence[Input] = (), written_here: Sequence[str] = ()) -> Optional[str]:
+    """Why a run with ``overwrite_output_dir=True`` would refuse the folder ``out`` (the reason its refusal gives:
+    "it holds 'notes.txt', which this recipe did not write"), checked without touching anything; None: it may write
+    over it. A caller that passes the overwrite on a user's behalf (the study) says the fix in its own words."""
+    if not out.is_dir() or not holds_a_run(out) or (out / REPLACED).is_dir():  # REPLACED: mended first, then checked
+        return None
+    return deletion_refusal(out.resolve(), protect, written_here)
 
 
 def overwrite_advice(out: Path, protect: Sequence[Input], written_here: Sequence[str] = ()) -> str:
