@@ -10,6 +10,9 @@ from pathlib import Path
 
 import yaml
 
+from torchtune_longshort.output_guard import write_names
+from torchtune_longshort.training.checkpointing import MANIFEST
+from torchtune_longshort.training.output_aside import MARKER
 from torchtune_longshort.study import Study, load_study_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,6 +82,8 @@ class FakeExecutor:
             d = out / f"step_{rc['max_steps']}"
             d.mkdir(parents=True)
             (d / "config.json").write_text("{}")
+            (out / MARKER).write_text("")  # the recipe's own folder, as the overwrite next time finds it
+            write_names(d / MANIFEST, {"config.json"})
             a = rc["loss"]["alpha"]
             rows = [{"step": s, "loss": 3.0, "ce": 3.0 - 0.01 * s, "misalignment": 4.0 - a, "tokens_per_second": 1.0}
                     for s in range(1, rc["max_steps"] + 1)]

@@ -12,7 +12,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from torchtune_longshort.output_guard import write_names
 from torchtune_longshort.study.runner import Study
+from torchtune_longshort.training.checkpointing import MANIFEST
 from torchtune_longshort.study.stages import StudyInterrupted
 from study_helpers import ROOT, _study
 
@@ -44,6 +46,7 @@ def _changed_then_stopped(tmp_path, saves_under_new_config: bool, moved: bool = 
                 p.rmdir()
         (out / "step_1").mkdir()
         (out / "step_1" / "config.json").write_text("{}")
+        write_names(out / "step_1" / MANIFEST, {"config.json"})  # committed, as the recipe's step is
         (out / "recipe_state").mkdir()
         torch.save({"step": 1, "config": OmegaConf.to_container(cfg, resolve=True)}, out / "recipe_state/step_1.pt")
         log_path.write_text("SIGINT received: finished step 1, saved step_1; continue with resume=True\n")
