@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from torchtune_longshort.devices import is_out_of_memory
+from torchtune_longshort.models.checkpoint_digest import content_digest, digest_matches
 from torchtune_longshort.models.families import ModelFamily, family_of
 from torchtune_longshort.models.hf_config_checks import (check_max_position_embeddings, check_model_type,
                                                          check_prebuild, check_rope_base)
@@ -255,20 +256,16 @@ class CheckpointFolder:
         training run gets another fingerprint, so results of two checkpoints are never taken for one run."""
         return _fingerprint(self.path, self.weight_files)
 
-    def content_digest(self, sample: int = 1 << 20) -> str:
-        """An identity of the folder's content that survives a copy (no modification times): sha256 over
-        ``config.json`` and, for each weight file, its name, size and first and last ``sample`` bytes (the header,
-        which locates every tensor, and weights at both ends; another checkpoint of the same shapes differs there)
-        without reading whole files."""
-        h = hashlib.sha256((self.path / CONFIG_FILE).read_bytes())
-        for f in self.weight_files:
-            size = f.stat().st_size
-            h.update(f"{f.name}:{size}".encode())
-            with open(f, "rb") as fh:
-                h.update(fh.read(sample))
-                fh.seek(max(0, size - sample))
-                h.update(fh.read(sample))
-        return h.hexdigest()[:16]
+    def content_digest(self) -> str:
+        """An identity of the folder's content that survives a copy (no modification times), marked ``v2:``: sha256
+        over ``config.json`` and each weight file's name, size, header and a few blocks of every tensor, a few MiB
+        for an 8B checkpoint (:func:`~torchtune_longshort.models.checkpoint_digest.content_digest` says which)."""
+        return content_digest(self.path / CONFIG_FILE, self.weight_files)
+
+    def holds_digest(self, saved: Optional[str], digest: Optional[str] = None) -> bool:
+        """Whether ``saved`` (a :meth:`content_digest` recorded earlier, or an unmarked one of the formula before
+        ``v2:``; None: none) is this folder's content's (``digest``: its :meth:`content_digest` where known)."""
+        return digest_matches(saved, self.path / CONFIG_FILE, self.weight_files, digest)
 
     # ------------------------------------------------------------------ reading
     def hf_state_dict(self) -> Dict[str, torch.Tensor]:

@@ -48,12 +48,12 @@ def moved_sources(state: Dict[str, Any], step_dir: Path) -> SamePlace:
 def _start_note(old: str, new: Path, state: Dict[str, Any], step_dir: Path) -> Optional[str]:
     """None where the start folder ``new`` is the one the run started from (its content digest the saved one); else
     the words for the refusal ("" where ``new`` is no checkpoint folder: the refusal as it was)."""
+    saved = state.get("start_digest")
     try:
-        digest = CheckpointFolder.open(new).content_digest()
+        same = CheckpointFolder.open(new).holds_digest(saved)  # an unmarked saved one: by the formula before v2
     except (OSError, ValueError):
         return ""
-    saved = state.get("start_digest")
-    if saved == digest:
+    if same:
         return None
     why = ("the run's recipe state holds no digest of its start checkpoint to compare it with" if saved is None else
            "its config.json or weights are not those of the start checkpoint whose digest the run's recipe state saved")

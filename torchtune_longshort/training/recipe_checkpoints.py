@@ -207,10 +207,13 @@ def check_start_unchanged(recipe_state: Optional[Dict[str, Any]], start: Path, r
     its own saved weights, but a resume that names its start elsewhere, the folder moved, goes on where the digest is
     the same: :mod:`~torchtune_longshort.training.moved_sources`). ``restart``: how the run starts anew (the recipe's
     ``StepCheckpoints.restart``, a user's file in output_dir named to move out before the overwrite, which the
-    overwrite advised alone refused)."""
-    digest = CheckpointFolder.open(read_dir).content_digest()
-    saved = (recipe_state or {}).get("start_digest")
-    if lora.enabled and saved is not None and saved != digest:
+    overwrite advised alone refused). A saved digest is compared by the formula that made it
+    (:meth:`~CheckpointFolder.holds_digest`: a state saved before the ``v2:`` digest resumes as before); the one
+    returned is the current formula's."""
+    folder = CheckpointFolder.open(read_dir)
+    digest = folder.content_digest()
+    saved = (recipe_state or {}).get("start_digest")  # a state saved before the v2 digest: the first formula's
+    if lora.enabled and saved is not None and not folder.holds_digest(saved, digest):
         raise ValueError(f"resume=True: the start checkpoint {str(start)!r} (checkpointer.checkpoint_dir) is not the "
                          f"one step {recipe_state['step']}'s adapters were trained on: its config.json or weights "
                          f"changed since; resume with that checkpoint back in place, or train anew: {restart()}")
