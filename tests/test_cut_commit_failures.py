@@ -59,7 +59,7 @@ def test_a_cut_commit_finished_by_the_clean_up_keeps_the_state_latest_names(tmp_
 
 class _Saving(recipe_saving.RecipeSaving):
     global_step, _model, _optimizer, _distributed, _is_rank_zero, _device = 4, None, None, False, True, "cpu"
-    _checkpoint_bytes, _saved_step = None, None
+    _checkpoint_bytes, _saved_step, max_steps = None, None, 8
 
     def _write_checkpoint(self, step, model_sd, opt_sd, rank_rngs=None):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.ckpts.staging_root / "step_4"))

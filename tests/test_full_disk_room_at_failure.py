@@ -41,7 +41,7 @@ def _fill(folder: Path) -> OSError:
 
 class _Saving(recipe_saving.RecipeSaving):
     global_step, _model, _optimizer, _distributed, _is_rank_zero, _device = 3, None, None, False, True, "cpu"
-    _checkpoint_bytes, _saved_step = None, None
+    _checkpoint_bytes, _saved_step, max_steps = None, None, 8
 
     def _write_checkpoint(self, step, model_sd, opt_sd, rank_rngs=None):
         start_staged(self.ckpts.staging_root / f"step_{step}")  # as the recipe's save makes it

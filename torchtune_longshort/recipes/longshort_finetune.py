@@ -118,7 +118,7 @@ class LongShortFinetuneRecipe(RecipeSaving, RecipeSetup):
                 raise
             raise OutOfSpace(out_of_space.stop_message(
                 written_file(e) or "the run's logs", self.global_step, self.ckpts, self._checkpoint_bytes,
-                self._saved_step is not None, e,
+                self._saved_step is not None, e, self.max_steps,
             )) from None
 
     def _train_loop(self) -> None:

@@ -141,6 +141,14 @@ class StepCheckpoints:
     def path(self, step: int) -> Path:
         return self.root / f"step_{step}"
 
+    def run_steps(self, through: Optional[int] = None, listed: bool = False) -> List[int]:
+        """Steps of the complete step folders that are the run's, ascending: none past ``through`` (its ``max_steps``:
+        a run never saves there; a resume leaves a user's ``step_9/`` beside 8 steps alone) but the one ``resume=True``
+        continues from; ``listed``: only those holding the :data:`MANIFEST` the recipe's commit writes."""
+        resumable = self.latest(resumable=True)
+        return [k for k in self.steps() if (through is None or k <= through or self.path(k) == resumable)
+                and (not listed or (self.path(k) / MANIFEST).is_file())]
+
     def why_not_resumable(self) -> Optional[str]:
         """Why the newest ``step_<k>`` folder past step 0 cannot be resumed from (not whole, or without its recipe
         state), with what to do instead; None when there is none. A resume refused for it said only that a run killed

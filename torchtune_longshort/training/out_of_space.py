@@ -182,15 +182,17 @@ def _state_size(step_dir: Path) -> int:
 
 
 def stop_message(writing: str, step: int, ckpts: StepCheckpoints, per_checkpoint: Optional[int], measured: bool,
-                 error: BaseException) -> str:
+                 error: BaseException, through: Optional[int] = None) -> str:
     """The run's last line after ``writing`` found no room at ``step``: the disk's room, a checkpoint's size
     (``measured`` from the last one saved, else the estimate of the run's start), and the checkpoint ``resume=True``
     continues from. The room is the one :func:`~torchtune_longshort.disk_space.note_room` kept on ``error`` when the
-    write failed (before its cleanup freed what it staged), else measured now."""
+    write failed (before its cleanup freed what it staged), else measured now. The step folders it counts as room to
+    make are the run's own (:meth:`~.checkpointing.StepCheckpoints.run_steps` through ``through``, its
+    ``max_steps``): a user's ``step_9/`` beside a run of 8 steps was counted, as if to delete."""
     latest = ckpts.latest(resumable=True)
     size = (f"; a checkpoint of this run takes {'' if measured else 'at least '}{size_text(per_checkpoint)}"
             if per_checkpoint else "")
-    older = [p for k in ckpts.steps() if (p := ckpts.path(k)) != latest and k > 0]
+    older = [p for k in ckpts.run_steps(through, listed=True) if (p := ckpts.path(k)) != latest and k > 0]
     held = (f" (the {counted(len(older), 'step folder')} besides {latest.name} hold{'s' if len(older) == 1 else ''} "
             f"{size_text(sum(map(folder_bytes, older)))})"
             if older and latest is not None else "")

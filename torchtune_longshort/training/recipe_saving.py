@@ -25,8 +25,7 @@ def run_latest(ckpts, through: Optional[int] = None) -> Optional[Path]:
     """The newest complete step folder of ``ckpts`` (a :class:`~.checkpointing.StepCheckpoints`) that is the run's:
     none past ``through`` (its ``max_steps``: a run never saves there; a user's whole ``step_9/`` beside a resume of 8
     steps was named as the run's checkpoint) but the one ``resume=True`` continues from."""
-    resumable = ckpts.latest(resumable=True)
-    own = [k for k in ckpts.steps() if through is None or k <= through or ckpts.path(k) == resumable]
+    own = ckpts.run_steps(through)
     return ckpts.path(own[-1]) if own else None
 
 
@@ -62,7 +61,8 @@ class RecipeSaving:
                 with contextlib.suppress(OSError):  # a clean-up the full disk stops too: this line still ends the run
                     self.ckpts.clean_staging()  # what it staged frees its room; the step folders stay whole
                 raise OutOfSpace(out_of_space.stop_message(
-                    f"checkpoint step_{step}", step, self.ckpts, self._checkpoint_bytes, self._saved_step is not None, e
+                    f"checkpoint step_{step}", step, self.ckpts, self._checkpoint_bytes, self._saved_step is not None,
+                    e, self.max_steps,
                 )) from None
             self._checkpoint_bytes, sizes = out_of_space.saved(final)
             log.info(f"Checkpoint for step {step} written to {final} ({sizes})")
