@@ -75,8 +75,8 @@ def test_a_real_allocator_failure_in_step_1_is_one_line(tmp_path, tiny_llama2_di
     assert msg.startswith("longshort_finetune: error: out of memory in step 1 on cpu (2 windows x 2048 sequences "
                           "x seq_len 64 = 262,144 tokens per forward; "), msg
     assert "(ulimit -v)" in msg and "DefaultCPUAllocator: can't allocate memory" in msg, msg
-    assert ("No step had finished; start it again with overwrite_output_dir=True and less memory per step, in this "
-            "order: "
+    assert ("No step had finished; start the run again with overwrite_output_dir=True and less memory per step, "
+            "in this order: "
             "enable_activation_checkpointing=True; tiled_mlp_tokens=4096; gradient_accumulation_steps=2") in msg, msg
     assert not list(out.glob("step_[1-9]*")) and "loss" not in (out / "metrics.jsonl").read_text()
 
@@ -100,7 +100,7 @@ def test_out_of_memory_in_step_3_saves_step_2_and_resumes_exactly(recipe_cls, tm
     assert msg.startswith("out of memory in step 3 on cpu (2 windows x 4 sequences x seq_len 64 = 512 tokens per "
                           "forward; "), msg
     assert f"The last good step is saved: {out / 'step_2'}; continue with resume=True and one of: " \
-           "enable_activation_checkpointing=True (or start it again with overwrite_output_dir=True" in msg, msg
+           "enable_activation_checkpointing=True (or start the run again with overwrite_output_dir=True" in msg, msg
     monkeypatch.setattr(recipe_cls, "_loss_step", original)
     _train(recipe_cls, make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=4, resume=True,
                                 enable_activation_checkpointing=True))
@@ -185,5 +185,5 @@ def test_out_of_memory_in_the_optimizers_update_saves_nothing(recipe_cls, tmp_pa
         _train(recipe_cls, make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=4))
     msg = one_line(info.value)
     assert "out of memory in step 3 on cpu" in msg, msg
-    assert "2 steps had finished, none saved; start it again with overwrite_output_dir=True" in msg, msg
+    assert "2 steps had finished, none saved; start the run again with overwrite_output_dir=True" in msg, msg
     assert not list(out.glob("step_[1-9]*"))

@@ -45,5 +45,5 @@ def test_the_remedies_follow_the_sequences_each_process_carries():
 
 def test_a_saved_step_without_a_resumable_fix_says_none_is_left():
     said = stop_message("out of memory in step 3", [], ["a shorter seq_len"], 2, "out/step_2")
-    assert "continue with resume=True and one of: none left (or start again with overwrite_output_dir=True and " \
-        "one of: a shorter seq_len)" in said, said
+    assert "continue with resume=True and one of: none left (or start the run again with overwrite_output_dir=True " \
+        "and one of: a shorter seq_len)" in said, said

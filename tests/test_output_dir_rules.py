@@ -105,7 +105,7 @@ def test_a_plain_rerun_refused_names_a_users_file_to_move_out_before_the_overwri
         check_output_dir(run, resume=False, overwrite=False)
     said = str(plain.value)
     assert said.endswith("output_dir also holds 'notes.txt', which this recipe did not write: move that out of it, "
-                         "then start it again with overwrite_output_dir=True, or choose another output_dir"), said
+                         "then start the run again with overwrite_output_dir=True, or choose another output_dir"), said
     assert ("Pass resume=True to continue that run, or train anew: " in said) == saved, said
     with pytest.raises(FileExistsError, match="it holds 'notes.txt'"):
         check_output_dir(run, resume=False, overwrite=True)

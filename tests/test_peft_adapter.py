@@ -112,7 +112,7 @@ def test_missing_adapter_files_are_named(tmp_path, family_dirs):
         check_deletable(run, ())  # the overwrite alone is refused
     with pytest.raises(FileNotFoundError, match="Restore the folder, or train anew: output_dir also holds "
                                                 "'notes.txt', which this recipe did not write: move that out of it, "
-                                                "then start it again with overwrite_output_dir=True$"):
+                                                "then start the run again with overwrite_output_dir=True$"):
         read_peft_adapter(out, folder.config, restart=lambda: overwrite_advice(run, ()))
     (run / "notes.txt").rename(tmp_path / "notes.txt")
     check_deletable(run, ())  # the advice followed: the overwrite is taken

@@ -148,7 +148,7 @@ def test_infinite_gradient_norm_stops_the_run(recipe_cls, tmp_path, tiny_llama2_
 
     assert fault_line(err.value) == str(err.value) and str(err.value).endswith(
         "No checkpoint of this run to resume from: at the first steps a non-finite value comes from the start weights "
-        "(checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then start it again with "
+        "(checkpointer.checkpoint_dir), the data or optimizer.lr; mend it, then start the run again with "
         "overwrite_output_dir=True")
     with pytest.raises(FileExistsError, match=r"It holds no checkpoint to resume from .*overwrite_output_dir=True"):
         recipe_cls(make_cfg(tiny_llama2_dir, sp_tokenizer_dir, out, max_steps=3)).setup()
@@ -189,7 +189,8 @@ def test_resume_from_step_0_only_says_what_to_do(recipe_cls, tmp_path, sp_tokeni
         recipe_cls(cfg).setup()  # a hand-made step_0 (no list of its files): the overwrite would refuse it too
     step_0 = out / "step_0"
     (step_0 / ".longshort_files").write_text(json.dumps(sorted(p.name for p in step_0.iterdir())))  # as the recipe
-    with pytest.raises(FileNotFoundError, match="leaves only step_0: start it again with overwrite_output_dir=True"):
+    with pytest.raises(FileNotFoundError,
+                       match="leaves only step_0: start the run again with overwrite_output_dir=True"):
         recipe_cls(cfg).setup()
     # a whole step_2 whose recipe state is gone, then one missing its weights: the same advice, which would delete
     # that step; now what is missing, and a new run from the step's weights

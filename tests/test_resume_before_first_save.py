@@ -54,7 +54,7 @@ def test_a_resume_of_a_run_killed_before_its_first_save_names_only_what_is_there
     assert line is not None and "\n" not in line
     assert "a run killed before its first save leaves" in line, line
     assert ("step_0" in line) == os.path.isdir(run / "step_0"), line
-    assert "start it again with overwrite_output_dir=True" in line, line
+    assert "start the run again with overwrite_output_dir=True" in line, line
     if (run / "step_1").is_file():  # the user's file is named, to be moved out first: the overwrite keeps it
         assert "'step_1 (a file, not a step folder)', which this recipe did not write: move that out of it" in line
         with pytest.raises(FileExistsError, match="step_1"):
@@ -72,7 +72,8 @@ def test_a_resume_of_a_run_killed_before_its_first_save_names_only_what_is_there
     write_names(run / ".longshort_files", ["log_1.txt"])
     with pytest.raises(FileNotFoundError) as refused:
         check_output_dir(run, resume=True, overwrite=False, written_here=(HERE,))
-    assert "start it again with overwrite_output_dir=True" in str(refused.value) and "log_1" not in str(refused.value)
+    said = str(refused.value)
+    assert "start the run again with overwrite_output_dir=True" in said and "log_1" not in said
     check_output_dir(run, resume=False, overwrite=True, written_here=(HERE,))
 
 
@@ -101,7 +102,7 @@ def test_a_run_that_saved_no_step_advises_an_overwrite_the_folder_takes(tmp_path
                  out_of_space.stop_message("metrics.jsonl", 1, ckpts, None, False, OSError(28, "No space left")),
                  after_non_finite(ckpts), str(record_stop(DataRecordError("a.jsonl:2: bad"), None, run,
                                                           ckpts.restart()))):
-        assert "start it again with overwrite_output_dir=True" in line, line
+        assert "start the run again with overwrite_output_dir=True" in line, line
         assert (f"also holds {kept!r}, which this recipe did not write: move that out" in line) == bool(kept), line
     if kept:
         with pytest.raises(FileExistsError, match=kept):

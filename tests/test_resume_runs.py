@@ -147,7 +147,7 @@ def test_a_run_from_scratch_resumes_with_its_step_0_deleted(tmp_path, tiny_llama
     assert ask()[1:] == (run / "step_0", run / "step_0")
     shutil.rmtree(run / "step_0")  # a LoRA run's base is step_0: refused in one line naming it and the fix
     with pytest.raises(ValueError, match=r"^resume=True: .*step_0 \(this run's random start, its LoRA adapters' base\) "
-                                         r"is missing: put it back, or train anew: start again with "
+                                         r"is missing: put it back, or train anew: start the run again with "
                                          r"overwrite_output_dir=True$"):
         start_state_dict(config, StepCheckpoints(run), run / "step_2", LoRAInfo(rank=2), 0, True, lambda: None)
     # the recipe's advice (StepCheckpoints.restart) names a user's file there, which the overwrite alone then refused
@@ -157,7 +157,7 @@ def test_a_run_from_scratch_resumes_with_its_step_0_deleted(tmp_path, tiny_llama
     (run / ".longshort_output").write_text("")
     (run / "notes.txt").write_text("mine")
     advised = StepCheckpoints(run, restart=lambda: overwrite_advice(run, ()))
-    move = r"move that out of it, then start it again with overwrite_output_dir=True$"
+    move = r"move that out of it, then start the run again with overwrite_output_dir=True$"
     with pytest.raises(ValueError, match=r"put it back, or train anew: output_dir also holds 'notes.txt', .*" + move):
         start_state_dict(config, advised, run / "step_2", LoRAInfo(rank=2), 0, True, lambda: None)
     with pytest.raises(ValueError, match=r"back in place, or train anew: output_dir also holds 'notes.txt', .*" + move):
@@ -175,5 +175,5 @@ def test_a_run_from_scratch_resumes_with_its_step_0_deleted(tmp_path, tiny_llama
     assert AutoConfig.from_pretrained(run / "step_2").rope_scaling["factor"] == 2.0
     with pytest.raises(ValueError, match=r"^resume=True: .*step_0 \(this run's random start, the base its RoPE-scaled "
                                          r"steps are written with\) is missing: put it back, or train anew: "
-                                         r"start again with overwrite_output_dir=True$"):
+                                         r"start the run again with overwrite_output_dir=True$"):
         ask()

@@ -102,7 +102,7 @@ def test_a_whole_file_that_is_no_recipe_state_is_refused_naming_torchs_error_not
 
 def test_a_resume_whose_step_folder_was_renamed_says_so_not_start_again(tmp_path, tiny_llama2_dir):
     """A run's only step folder renamed (``mv step_2 best``, to keep it) beside its recipe state: resume=True said
-    'a run killed before its first save leaves only step_0: start it again with overwrite_output_dir=True', an
+    'a run killed before its first save leaves only step_0: start the run again with overwrite_output_dir=True', an
     overwrite that this folder refuses (the state has no folder of the recipe's beside it); it now names the state
     and the folder to put back, and resumes once it is back."""
     from run_folders import recipe_made

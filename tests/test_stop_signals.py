@@ -209,8 +209,8 @@ def test_a_lost_process_of_a_torchrun_job_ends_the_others_in_one_line(tmp_path, 
         dist.destroy_process_group()
     assert exit_info.value.code == 2 and capsys.readouterr().err == (
         "longshort_finetune: error: another process of this run was lost (gloo: Connection reset by peer; torchrun's "
-        "report below says how it ended): no step of this run was saved; start again with overwrite_output_dir=True "
-        f"(output_dir={str(tmp_path / 'out')!r} holds this run's start)\n")
+        "report below says how it ended): no step of this run was saved; start the run again with "
+        f"overwrite_output_dir=True (output_dir={str(tmp_path / 'out')!r} holds this run's start)\n")
 
 
 def test_a_torchrun_worker_stopped_while_it_imports_says_so_once(tmp_path):

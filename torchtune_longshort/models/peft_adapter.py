@@ -272,7 +272,8 @@ def read_peft_adapter(adapter_dir: Path, hf_config: Dict[str, Any],
     """The torchtune-named weights (``*.lora_a.weight``, ``*.lora_b.weight``, the ``modules_to_save`` ones) of an
     adapter folder this module wrote; ``FileNotFoundError`` naming the folder and the missing file. ``restart``: how
     the run trains anew instead (the recipe's ``StepCheckpoints.restart``: a user's file in output_dir named to move
-    out first, which the overwrite advised alone then refused); None: start it again with overwrite_output_dir=True."""
+    out first, which the overwrite advised alone then refused); None: start the run again with
+    overwrite_output_dir=True."""
     from safetensors.torch import load_file
 
     adapter_dir = Path(adapter_dir)

@@ -9,10 +9,11 @@ from typing import Optional
 
 from torchtune_longshort.data.file_kinds import whole_file
 from torchtune_longshort.data.text_files import DataRecordError, DataSourceError
+from torchtune_longshort.training.checkpointing import RESTART
 
 
 def record_stop(e: DataRecordError, saved: Optional[str], output_dir,
-                restart: str = "start again with overwrite_output_dir=True") -> DataRecordError:
+                restart: str = RESTART) -> DataRecordError:
     """The error (``e``'s type) that ends the run at the record ``e`` names: with ``saved``, the last good step's
     folder (continue with resume=True once the record is mended or the source can be read again); None where no
     step had finished (nothing saved: ``restart``, the recipe's ``StepCheckpoints.restart``, which names a

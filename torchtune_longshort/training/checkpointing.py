@@ -47,6 +47,9 @@ from torchtune_longshort.training.state_words import cut_short, said, unreadable
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 LATEST = "latest"  # the text file naming the newest complete step folder
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
+# How a run that saved no step starts again, in every line that says so (after "mend it, then", "train anew:"):
+# "the run", not "it", which read as the file or folder the line had just named
+RESTART = "start the run again with overwrite_output_dir=True"
 
 PathLike = Union[str, Path]
 
@@ -116,7 +119,7 @@ class StepCheckpoints:
         self.root = Path(output_dir)
         self.staging_root = self.root / STAGING
         self.keep = int(keep)
-        self.restart = restart or (lambda: "start again with overwrite_output_dir=True")
+        self.restart = restart or (lambda: RESTART)
 
     def steps(self, resumable: bool = False) -> List[int]:
         """Steps of the complete checkpoints (every file the folder's index names is there), ascending;

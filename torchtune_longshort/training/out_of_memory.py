@@ -21,6 +21,7 @@ import torch
 from torchtune_longshort.devices import free_bytes
 from torchtune_longshort.plural import counted
 from torchtune_longshort.refusals import Refusal
+from torchtune_longshort.training.checkpointing import RESTART
 
 # Rows of the loss's [rows, vocab] buffers per chunk that kept the 1B shape's loss phase below its backward peak on an
 # H200 (docs/benchmarks.md, "P6"): loss.num_chunks = ceil((L + e) / LOSS_CHUNK_ROWS).
@@ -85,7 +86,7 @@ def describe(what: str, step: int, config, device: torch.device, num_chunks: int
 
 
 def stop_message(happened: str, resumable: List[str], new_run: List[str], finished: int,
-                 saved: Optional[str], restart: str = "start again with overwrite_output_dir=True") -> str:
+                 saved: Optional[str], restart: str = RESTART) -> str:
     """The refusal: what happened, then how to go on from the last saved step (settings a resume may change) or
     from the start (those and the new-run ones); ``restart``: how the run starts again (the recipe's
     ``StepCheckpoints.restart``: a user's file in output_dir named to move out first, which the overwrite the line

@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 from torchtune_longshort.home_folder import home_folder
 from torchtune_longshort.training.checkpointing import (
-    MANIFEST, RECIPE_STATE_DIR, STEP_PATTERN, PathLike, StepCheckpoints,
+    MANIFEST, RECIPE_STATE_DIR, RESTART, STEP_PATTERN, PathLike, StepCheckpoints,
 )
 from torchtune_longshort.training.output_aside import (
     LOCK, MARKER, REPLACED, nothing_written, user_tmp_folder as _user_tmp_folder,
@@ -59,7 +59,7 @@ def overwrite_advice(out: Path, protect: Sequence[Input], written_here: Sequence
     """How to start a run the recipe made again with ``overwrite_output_dir=True`` so that the overwrite is taken: as
     is, or once what the user keeps there is moved out (named), or another ``output_dir`` where the folder is one the
     overwrite never deletes. A resume refused advised the overwrite alone, which a user's file there then refused."""
-    return overwrite_blocked(out, protect, written_here) or "start it again with overwrite_output_dir=True"
+    return overwrite_blocked(out, protect, written_here) or RESTART
 
 
 def overwrite_blocked(out: Path, protect: Sequence[Input], written_here: Sequence[str] = (),
@@ -73,8 +73,8 @@ def overwrite_blocked(out: Path, protect: Sequence[Input], written_here: Sequenc
         return f"choose another output_dir (overwrite_output_dir=True would not delete it: {place})"
     held = _held_refusal(real, written_here)
     if held:
-        return (f"output_dir also holds {held}: move that out of it, then start it again with "
-                f"overwrite_output_dir=True{', or choose another output_dir' if other else ''}")
+        return (f"output_dir also holds {held}: move that out of it, then {RESTART}"
+                f"{', or choose another output_dir' if other else ''}")
     return None
 
 

@@ -28,7 +28,7 @@ from torchtune_longshort.models.hf_model import decoder_config
 from torchtune_longshort.models.hf_rope import native_positions
 from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, lora_modules, write_peft_adapter
 from torchtune_longshort.training.checkpointing import (
-    STEP_PATTERN, StepCheckpoints, staged_state_path,
+    RESTART, STEP_PATTERN, StepCheckpoints, staged_state_path,
 )
 from torchtune_longshort.training.data_setup import POSITION_DRAW
 from torchtune_longshort.training.durable_save import atomic_torch_save
@@ -199,7 +199,7 @@ def hf_config_for_save(base: Dict[str, Any], rope_spec: Optional[Dict[str, Any]]
 
 
 def check_start_unchanged(recipe_state: Optional[Dict[str, Any]], start: Path, read_dir: Path, lora: LoRAInfo,
-                          restart: Callable[[], str] = lambda: "start again with overwrite_output_dir=True") -> \
+                          restart: Callable[[], str] = lambda: RESTART) -> \
         Optional[str]:
     """A LoRA run's resume reads its base weights from the start folder again: refused when that folder's content is
     not the one the saved adapters were trained on (another checkpoint of the same shapes copied over it would train
