@@ -29,7 +29,7 @@ def _run_started_from(tiny_finished_run: Path, run: Path, start: Path, tok: Path
     shutil.copy2(run / "step_1" / "tokenizer.model", tok / "tokenizer.model")
     state_file = recipe_state_path(run / "step_1")
     state = torch.load(state_file, weights_only=False)
-    state["config"]["checkpointer"]["checkpoint_dir"] = str(start)
+    state["config"]["checkpointer"]["checkpoint_dir"] = state["config"]["checkpoint_dir"] = str(start)
     state["config"]["tokenizer"]["path"] = str(tok)
     state["start_digest"] = check_start_unchanged(None, start, start, LoRAInfo())  # None for full FT before
     torch.save(state, state_file)
@@ -37,7 +37,8 @@ def _run_started_from(tiny_finished_run: Path, run: Path, start: Path, tok: Path
 
 
 def _with(saved: dict, start: Path, tok: Path) -> dict:
-    return {**saved, "checkpointer": {**saved["checkpointer"], "checkpoint_dir": str(start)},
+    return {**saved, "checkpoint_dir": str(start),
+            "checkpointer": {**saved["checkpointer"], "checkpoint_dir": str(start)},
             "tokenizer": {**saved["tokenizer"], "path": str(tok)}}
 
 
@@ -50,12 +51,14 @@ def test_a_moved_start_and_tokenizer_resume_and_other_content_is_refused_naming_
     shutil.move(a, b)  # the folder holding the start and the tokenizer moved away
     changes = resume_changes(run, _with(saved, b / "start", b / "tok"))
     assert ("checkpointer.checkpoint_dir", str(a / "start"), str(b / "start")) in changes
+    assert ("checkpoint_dir", str(a / "start"), str(b / "start")) in changes  # the shipped configs' interpolation
     assert ("tokenizer.path", str(a / "tok"), str(b / "tok")) in changes
 
     config = (b / "start" / "config.json").read_text()
     (b / "start" / "config.json").write_text(config.replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-06'))
     assert (b / "start" / "config.json").read_text() != config  # another start of the same shapes
-    with pytest.raises(ValueError, match=(
+    with pytest.raises(ValueError, match=(  # checkpoint_dir, the same move, not told to give its saved value
+            rf"checkpoint_dir: '{a}/start' -> '{b}/start' \(the same move as checkpointer\.checkpoint_dir\); "
             rf"checkpointer\.checkpoint_dir: '{a}/start' -> '{b}/start' \(its config\.json or weights are not those "
             rf"of the start checkpoint whose digest the run's recipe state saved; to resume, put the run's start "
             rf"checkpoint back at '{a}/start'\)\. Otherwise, start a new run")):
