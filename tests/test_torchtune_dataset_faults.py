@@ -122,7 +122,7 @@ def test_a_bad_record_in_the_first_step_says_how_to_start_again(recipe_cls, tmp_
     run.setup()
     with pytest.raises(DataRecordError, match=r"early.jsonl:2: .*No step had finished: no checkpoint saved; mend the "
                                               r"record \(or skip it: dataset.skip_bad_records=True\), then start "
-                                              r"it again with overwrite_output_dir=True"):
+                                              r"the run again with overwrite_output_dir=True"):
         run.train()
     run.release_output_dir()
     data.write_text("".join(good))
