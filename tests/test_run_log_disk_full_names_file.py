@@ -67,7 +67,7 @@ def _last_line(tmp_path, run_log) -> str:
         run_log.log(3, {"loss": 1.0})
 
     stub = SimpleNamespace(_train_loop=loop, _run_log=run_log, global_step=3, ckpts=StepCheckpoints(tmp_path),
-                           _checkpoint_bytes=None, _saved_step=None)
+                           _checkpoint_bytes=None, _saved_step=None, max_steps=3)
     with pytest.raises(OutOfSpace) as e:
         LongShortFinetuneRecipe._train(stub)
     return str(e.value)
