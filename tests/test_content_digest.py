@@ -66,3 +66,53 @@ def test_a_state_saved_with_the_first_formula_resumes_as_before(tmp_path):
     with pytest.raises(ValueError, match=r"is not the one step 2's adapters were trained on"):
         check_start_unchanged(state, start.path, start.path, LoRAInfo(rank=2))
     assert "are not those of the start checkpoint" in _start_note("/a/start", start.path, state, tmp_path)
+
+
+def test_a_moved_start_or_tokenizer_counts_only_where_it_holds_what_the_run_read(tmp_path):
+    """``moved_sources`` alone, by hand-made folders: a start moved whole (its v2 digest the saved one) moves every
+    key that named it; a key that named something else before is no move; a start folder that is gone or holds no
+    checkpoint, a state with no digest, a tokenizer gone or under another file name are refused (not moved)."""
+    from torchtune_longshort.training.moved_sources import START, TOKENIZER, _tokenizer_note, moved_sources
+
+    start, step = _folder(tmp_path / "b_start"), tmp_path / "run" / "step_1"
+    step.mkdir(parents=True)
+    (step / "tokenizer.model").write_bytes(b"ids")
+    (tmp_path / "b_tok").mkdir()
+    (tmp_path / "b_tok" / "tokenizer.model").write_bytes(b"ids")
+    state = {"start_digest": start.content_digest()}
+    old = {START: "/a/start", TOKENIZER: "/a/tok", "model.checkpoint_dir": "/a/start", "other": "/a/else"}
+    new = {START: str(start.path), TOKENIZER: str(tmp_path / "b_tok"), "model.checkpoint_dir": str(start.path),
+           "other": str(start.path)}
+    changes, notes = moved_sources(state, step)(old, new)
+    assert sorted(changes) == sorted([(START, "/a/start", str(start.path)), (TOKENIZER, "/a/tok", new[TOKENIZER]),
+                                      ("model.checkpoint_dir", "/a/start", str(start.path))]) and notes == {}
+    assert _start_note("/a/start", tmp_path / "gone", state, step) == ""  # no checkpoint there: refused as it was
+    assert "holds no digest" in _start_note("/a/start", start.path, {}, step)
+    assert _tokenizer_note("/a/tok", tmp_path / "gone", state, step) == ""
+    (tmp_path / "b_tok" / "other.model").write_bytes(b"ids")  # the same bytes under another file name
+    renamed = _tokenizer_note("/a/tok/tokenizer.model", tmp_path / "b_tok" / "other.model", state, step)
+    assert "are not the copies in step_1" in renamed
+
+
+def test_one_byte_in_a_tensors_middle_or_a_name_in_the_header_changes_the_digest(tmp_path):
+    """The v2 digest reads each tensor's middle block and the safetensors header: a folder that differs from another
+    in one byte at the middle of layer 0's q_proj, or in one tensor's name (its bytes the same), has another digest.
+    The first formula, reference: sha256 over config.json and the weight file's name, size, first and last MiB."""
+    import hashlib
+    import struct
+
+    base = _folder(tmp_path / "base")
+    data = (base.path / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    b, e = json.loads(data[8:8 + n])["model.layers.0.self_attn.q_proj.weight"]["data_offsets"]
+    middle = bytearray(data)
+    middle[8 + n + (b + e) // 2] ^= 1
+    renamed = data.replace(b"model.norm.weight", b"model.norm.weighx")
+    for name, content in (("middle", bytes(middle)), ("renamed", renamed)):
+        shutil.copytree(base.path, tmp_path / name)
+        (tmp_path / name / "model.safetensors").write_bytes(content)
+        assert CheckpointFolder.open(tmp_path / name).content_digest() != base.content_digest(), name
+    mib = 1 << 20
+    h = hashlib.sha256((base.path / "config.json").read_bytes())
+    h.update(f"model.safetensors:{len(data)}".encode() + data[:mib] + data[-mib:])
+    assert first_content_digest(base.path / "config.json", base.weight_files) == h.hexdigest()[:16]
