@@ -63,6 +63,7 @@ def test_a_full_disk_counts_only_the_runs_own_step_folders_as_room_to_make(tiny_
         write_names(run / f"step_{step}" / MANIFEST, [p.name for p in (run / f"step_{step}").iterdir()])
         recipe_state_path(run / f"step_{step}").parent.mkdir(exist_ok=True)
         torch.save({"step": step}, recipe_state_path(run / f"step_{step}"))
+    write_names(run / "step_9" / MANIFEST, [p.name for p in (run / "step_9").iterdir()])  # copied whole from a run
     own = sum(p.stat().st_size for p in (run / "step_7").rglob("*") if p.is_file())
     own += recipe_state_path(run / "step_7").stat().st_size
     line = stop_message("checkpoint step_8", 8, StepCheckpoints(run), None, False, OSError(28, "No space left"),
