@@ -10,6 +10,7 @@ import pytest
 from run_folders import commit_step, recipe_made, tree
 
 from torchtune_longshort.training.output_dir import check_output_dir, prepare_output_dir
+from torchtune_longshort.training.overwrite_rules import LOCK, overwrite_refusal
 from torchtune_longshort.training.written_files import HERE
 
 
@@ -77,6 +78,15 @@ def test_the_working_directory_or_an_input_that_is_the_folder_itself_is_kept(tmp
     want = {"cwd": f"it contains the working directory {str(run.resolve())!r}",
             "input": f"it holds checkpoint_dir={str(run.resolve())!r}, which this run reads"}[what]
     assert want in said, said
+    assert overwrite_refusal(run, [("checkpoint_dir", run)] if what == "input" else ()) == want  # the study asks it
+    if what == "cwd":  # a folder that holds no run (nothing, or a lock alone) is written into, not deleted: no refusal
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        monkeypatch.chdir(empty)
+        assert overwrite_refusal(empty) is None
+        (empty / LOCK).write_text("")
+        assert overwrite_refusal(empty) is None
+        check_output_dir(empty, resume=False, overwrite=False)
 
 
 def test_a_users_file_put_in_after_the_claim_keeps_the_earlier_run(tmp_path):
