@@ -7,6 +7,7 @@ before the ``v2:`` mark) resumes as before."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -92,6 +93,15 @@ def test_a_moved_start_or_tokenizer_counts_only_where_it_holds_what_the_run_read
     (tmp_path / "b_tok" / "other.model").write_bytes(b"ids")  # the same bytes under another file name
     renamed = _tokenizer_note("/a/tok/tokenizer.model", tmp_path / "b_tok" / "other.model", state, step)
     assert "are not the copies in step_1" in renamed
+    (tmp_path / "b_tok" / "tokenizer.model").write_bytes(b"idz")  # other bytes, same size and time as the copy
+    os.utime(tmp_path / "b_tok" / "tokenizer.model", ns=(0, (step / "tokenizer.model").stat().st_mtime_ns))
+    assert _tokenizer_note("/a/tok", tmp_path / "b_tok", state, step)
+    (tmp_path / "b_tok" / "tokenizer.model").write_bytes(b"ids")
+    (tmp_path / "b_tok" / "tokenizer.json").write_text("{}")  # an id file the step has no copy of
+    assert _tokenizer_note("/a/tok", tmp_path / "b_tok", state, step)
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "README.md").write_text("no id file")  # nothing to compare: not the run's tokenizer
+    assert _tokenizer_note("/a/tok", tmp_path / "none", state, step)
 
 
 def test_one_byte_in_a_tensors_middle_or_a_name_in_the_header_changes_the_digest(tmp_path):
