@@ -15,7 +15,7 @@ import torch
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.models.hf_checkpoint_writer import write_hf_checkpoint
 from torchtune_longshort.models.hf_model import hf_decoder
-from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, read_peft_adapter, write_peft_adapter
+from torchtune_longshort.models.peft_adapter import ADAPTER_DIR, LAYOUT_FILE, read_peft_adapter, write_peft_adapter
 from torchtune_longshort.training.staging import unsaved_files
 
 RANK, ALPHA = 4, 8.0
@@ -116,6 +116,9 @@ def test_missing_adapter_files_are_named(tmp_path, family_dirs):
         read_peft_adapter(out, folder.config, restart=lambda: overwrite_advice(run, ()))
     (run / "notes.txt").rename(tmp_path / "notes.txt")
     check_deletable(run, ())  # the advice followed: the overwrite is taken
+    (out / LAYOUT_FILE).unlink()  # the layout that maps the adapters back: named with the weights
+    with pytest.raises(FileNotFoundError, match=f"lacks adapter_model.safetensors, {LAYOUT_FILE}: "):
+        read_peft_adapter(out, folder.config)
 
 
 def test_qlora_adapter_says_its_base_was_nf4(tmp_path, sp_tokenizer_dir):
