@@ -107,7 +107,8 @@ def test_an_overwrite_start_killed_while_its_logger_started_is_mended_by_the_nex
 
     run = recipe_made(tmp_path / "run")
     before = _killed_overwrite_start(run, tiny_llama2_dir, listed=True)
-    with pytest.raises(FileExistsError, match="exists and is not empty"):  # without overwrite: refused, mended or not
+    with pytest.raises(FileExistsError, match="exists and is not empty.* Pass resume=True to continue that run"):
+        # without overwrite: refused, mended or not; the step set aside is one to resume
         check_output_dir(run, resume=False, overwrite=False, written_here=("logs",))
     lock = claim_output_dir(run, resume=resume, overwrite=not resume, written_here=("logs",))
     assert tree(run) == sorted(before + [".lock"]) and (run / "logs" / "log_1.txt").read_text() == "earlier"
