@@ -18,13 +18,19 @@ from torchtune_longshort.training.recipe_saving import latest_checkpoint_said
 from torchtune_longshort.training.staging import MANIFEST
 
 
+def _run(tiny_llama2_dir, run, steps, states):
+    """``run`` holding a copy of the tiny checkpoint as each of ``steps``, those of ``states`` with a recipe state."""
+    for step in steps:
+        shutil.copytree(tiny_llama2_dir, run / f"step_{step}")
+    for step in states:
+        recipe_state_path(run / f"step_{step}").parent.mkdir(exist_ok=True)
+        torch.save({"step": step}, recipe_state_path(run / f"step_{step}"))
+    return StepCheckpoints(run)
+
+
 def test_a_newest_step_without_its_recipe_state_is_said_to_be_weights_only(tiny_llama2_dir, tmp_path):
     run = tmp_path / "run"
-    for step in (2, 4):
-        shutil.copytree(tiny_llama2_dir, run / f"step_{step}")
-    recipe_state_path(run / "step_2").parent.mkdir()
-    torch.save({"step": 2}, recipe_state_path(run / "step_2"))
-    ckpts = StepCheckpoints(run)
+    ckpts = _run(tiny_llama2_dir, run, (2, 4), (2,))
     with pytest.raises((OSError, ValueError)):
         read_recipe_state(run / "step_4")
     resumable = ckpts.latest(resumable=True)
@@ -40,11 +46,7 @@ def test_a_users_whole_step_folder_past_max_steps_is_not_named_as_the_runs(tiny_
     """A resume of an 8-step run beside a user's whole ``step_9/`` (a checkpoint they keep there; the resume leaves it
     untouched) ended naming it: ``checkpoint: .../step_9 (weights only ...)``. Reference: the run's own step_8."""
     run = tmp_path / "run"
-    for step in (8, 9):
-        shutil.copytree(tiny_llama2_dir, run / f"step_{step}")
-    recipe_state_path(run / "step_8").parent.mkdir()
-    torch.save({"step": 8}, recipe_state_path(run / "step_8"))
-    ckpts = StepCheckpoints(run)
+    ckpts = _run(tiny_llama2_dir, run, (8, 9), (8,))
     assert ckpts.latest() == run / "step_9"  # a whole folder: a step, as a resume of a longer run reads it
     assert latest_checkpoint_said(ckpts, through=8) == str(run / "step_8")
     assert latest_checkpoint_said(ckpts, through=9).startswith(f"{run / 'step_9'} (weights only")
@@ -61,8 +63,7 @@ def test_a_full_disk_counts_only_the_runs_own_step_folders_as_room_to_make(tiny_
         shutil.copytree(tiny_llama2_dir, run / f"step_{step}")
     for step in (7, 8):  # the run's: listed as its commit lists them, each with its recipe state
         write_names(run / f"step_{step}" / MANIFEST, [p.name for p in (run / f"step_{step}").iterdir()])
-        recipe_state_path(run / f"step_{step}").parent.mkdir(exist_ok=True)
-        torch.save({"step": step}, recipe_state_path(run / f"step_{step}"))
+    _run(tiny_llama2_dir, run, (), (7, 8))
     write_names(run / "step_9" / MANIFEST, [p.name for p in (run / "step_9").iterdir()])  # copied whole from a run
     own = sum(p.stat().st_size for p in (run / "step_7").rglob("*") if p.is_file())
     own += recipe_state_path(run / "step_7").stat().st_size

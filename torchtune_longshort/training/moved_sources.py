@@ -37,9 +37,11 @@ def moved_sources(state: Dict[str, Any], step_dir: Path) -> SamePlace:
                 verdicts[key] = note is None
                 if note:
                     notes[key] = note
-        for key, note in list(notes.items()):  # a key naming the same refused move (checkpoint_dir, the config's
-            notes.update({k: f" (the same move as {key})" for k, v in new.items()  # own) is told where to look,
-                          if k != key and v == new[key] and old.get(k) == old[key]})  # not to give its old value
+        # a key naming the same refused move (the config's own checkpoint_dir) is told where to look, not to give
+        # back its old value
+        for key in list(notes):
+            notes.update({k: f" (the same move as {key})" for k, v in new.items()
+                          if k != key and v == new[key] and old.get(k) == old[key]})
         moved = {new[key]: old[key] for key, same in verdicts.items() if same}
         changes = [(key, old[key], v) for key, v in new.items() if verdicts.get(key, True) and isinstance(v, str)
                    and v in moved and old.get(key) == moved[v]]
