@@ -41,6 +41,11 @@ from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.output_guard import stops_held
 from torchtune_longshort.started_as import running_module, starting_command
 
+# How a training run that saved no step starts again, in every line that says so (the recipe's stops, a resume's
+# refusals, a LoRA step's lost adapter files: after "mend it, then", "train anew:"): "the run", not "it", which read
+# as the file or folder the line had just named
+RESTART = "start the run again with overwrite_output_dir=True"
+
 TRACEBACK_ENV = "LONGSHORT_TRACEBACK"
 EXIT_REFUSED = 2
 # torchrun's agent gives each worker a file to report its failure in, and a run id (also outside torchrun: none)

@@ -32,6 +32,7 @@ import torch
 from torchtune_longshort.models.families import ModelFamily, family_of
 from torchtune_longshort.models.hf_rope import not_representable_method, rope_of_config, saved_hf_config
 from torchtune_longshort.output_guard import plain_file_mode
+from torchtune_longshort.refusals import RESTART
 from torchtune_longshort.started_as import EVAL_MAIN, advised_command
 
 ADAPTER_DIR = "adapter"  # the adapter folder's name inside a step folder
@@ -279,7 +280,7 @@ def read_peft_adapter(adapter_dir: Path, hf_config: Dict[str, Any],
     adapter_dir = Path(adapter_dir)
     missing = [f for f in (WEIGHTS_FILE, CONFIG_FILE, LAYOUT_FILE) if not (adapter_dir / f).is_file()]
     if missing:
-        anew = f"train anew: {restart()}" if restart else "start the run again with overwrite_output_dir=True"
+        anew = f"train anew: {restart()}" if restart else RESTART
         raise FileNotFoundError(f"LoRA adapter folder {str(adapter_dir)!r} lacks {', '.join(missing)}: the adapters "
                                 f"of this step cannot be read back. Restore the folder, or {anew}")
     family = family_of(hf_config, where=f"{adapter_dir.parent / 'config.json'}")

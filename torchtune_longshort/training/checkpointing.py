@@ -36,6 +36,7 @@ import torch
 from torchtune_longshort.config.values import UnwritablePath, refuses_writes
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder
 from torchtune_longshort.output_guard import atomic_write_text, read_names, write_names
+from torchtune_longshort.refusals import RESTART
 from torchtune_longshort.training.durable_save import fsync_dir
 from torchtune_longshort.training.staging import (
     MANIFEST, STAGING, STARTED_PATTERN, STATE_PATTERN, foreign_in, own_staged, remove_listed,
@@ -47,9 +48,6 @@ from torchtune_longshort.training.state_words import cut_short, said, unreadable
 RECIPE_STATE_DIR = "recipe_state"  # beside the step folders; one file per kept step: step_<k>.pt
 LATEST = "latest"  # the text file naming the newest complete step folder
 STEP_PATTERN = re.compile(r"^step_(\d+)$")  # a checkpoint folder's name; the study reads it too
-# How a run that saved no step starts again, in every line that says so (after "mend it, then", "train anew:"):
-# "the run", not "it", which read as the file or folder the line had just named
-RESTART = "start the run again with overwrite_output_dir=True"
 
 PathLike = Union[str, Path]
 
