@@ -355,3 +355,36 @@ def test_a_users_png_named_like_a_plot_the_earlier_report_did_not_draw_is_refuse
     from torchtune_longshort.study.report_folder import PLOTS
 
     assert set(json.loads((out / "report" / "summary.json").read_text())["plots"]) <= set(PLOTS)
+
+
+def test_every_plot_name_is_drawn_under_report_folder_plots_and_spelled_there_alone(tmp_path, monkeypatch):
+    """The folder check knows a report's plots by report_folder.PLOTS; the drawing modules spelled the 11 names again,
+    so a renamed figure left the check guarding a name nothing draws. With every figure's condition met (builders
+    stubbed, nothing drawn), write_plots + claim_plots save exactly PLOTS, and no other study module spells one."""
+    from types import SimpleNamespace as NS
+
+    import torchtune_longshort.study.claim_figures as claim_figures
+    from torchtune_longshort.study.eval_config import FAMILY_TASK
+    from torchtune_longshort.study.report_folder import PLOTS
+
+    saved = []
+    for mod, builders in ((study_figures, ("line_figure", "babilong_figure", "passkey_figure", "finetune_curve_figure",
+                                           "curve_figure")),
+                          (claim_figures, ("base_figure", "scatter_figure", "alpha_figure", "e_range_figure",
+                                           "divergence_figure"))):
+        monkeypatch.setattr(mod, "save_figure", lambda fig, path, dpi: saved.append(path.name))
+        for b in builders:
+            monkeypatch.setattr(mod, b, lambda *a, **k: None)
+    ev = NS(ppl_lengths=[64], misalignment_lengths=[64], babilong_lengths=[64], babilong=NS(depths=[0.5]),
+            passkey_lengths=[64])
+    cfg = NS(eval=ev, alphas=[0.1, 0.3])
+    recs = {"base": {"results": {FAMILY_TASK["passkey"]: {}}, "curves": {"64": []}}, "a": {"train": {"val_ce": [1]}}}
+    claims = [{"id": "table1", "correlations": [1]}, {"id": "table7", "comparisons": [1]},
+              {"id": "divergence", "comparisons": [1]}]
+    made = study_figures.write_plots(cfg, {"ppl": [1], "misalignment": [1]}, recs, tmp_path)
+    made += claim_figures.claim_plots(cfg, {"base_failure": {"x": 1}, "claims": claims}, recs, tmp_path)
+    assert made == saved and sorted(made) == sorted(PLOTS) and len(PLOTS) == 11
+    for src in (ROOT / "torchtune_longshort" / "study").glob("*.py"):
+        if src.name != "report_folder.py":
+            text = src.read_text()
+            assert not [p for p in PLOTS if f'"{p}"' in text or f"`{p}`" in text], src.name

@@ -24,6 +24,8 @@ from torchtune_longshort.study.eval_config import metric_of
 from torchtune_longshort.study.grid import config_key
 from torchtune_longshort.study.labels import e_range_text, missing_text, seeds_of_cells, seeds_text
 from torchtune_longshort.study.records import metric_value, value, why_empty
+from torchtune_longshort.study.report_folder import (ALPHA_PLOT, BASE_FAILURE_PLOT, DIVERGENCE_PLOT, E_RANGE_PLOT,
+                                                     SCATTER_PLOT)
 from torchtune_longshort.study.stats import correlation, direction
 
 # A paired difference's direction (``study.stats.direction``) -> (bar colour, legend text). Only an interval that
@@ -326,21 +328,21 @@ def claim_plots(cfg: StudyConfig, analysis: Dict[str, Any], recs: Dict[str, Dict
     bars (``base_only``: the first alone, when no fine-tune ran)."""
     made = []
     if analysis.get("base_failure"):
-        save_figure(base_figure(cfg, recs["base"]), rdir / "base_failure.png", dpi=110)
-        made.append("base_failure.png")
+        save_figure(base_figure(cfg, recs["base"]), rdir / BASE_FAILURE_PLOT, dpi=110)
+        made.append(BASE_FAILURE_PLOT)
     if base_only:
         return made
     claims = {c["id"]: c for c in analysis["claims"]}
     if claims["table1"].get("correlations"):
-        save_figure(scatter_figure(claims["table1"], cfg, recs), rdir / "metric_vs_performance.png", dpi=110)
-        made.append("metric_vs_performance.png")
+        save_figure(scatter_figure(claims["table1"], cfg, recs), rdir / SCATTER_PLOT, dpi=110)
+        made.append(SCATTER_PLOT)
     if len(cfg.alphas) > 1:
-        save_figure(alpha_figure(cfg, recs), rdir / "alpha_curves.png", dpi=110)
-        made.append("alpha_curves.png")
+        save_figure(alpha_figure(cfg, recs), rdir / ALPHA_PLOT, dpi=110)
+        made.append(ALPHA_PLOT)
     if claims["table7"]["comparisons"]:
-        save_figure(e_range_figure(cfg, claims["table7"]), rdir / "e_range_bars.png", dpi=110)
-        made.append("e_range_bars.png")
+        save_figure(e_range_figure(cfg, claims["table7"]), rdir / E_RANGE_PLOT, dpi=110)
+        made.append(E_RANGE_PLOT)
     if claims["divergence"]["comparisons"]:
-        save_figure(divergence_figure(cfg, claims["divergence"]), rdir / "divergence_bars.png", dpi=110)
-        made.append("divergence_bars.png")
+        save_figure(divergence_figure(cfg, claims["divergence"]), rdir / DIVERGENCE_PLOT, dpi=110)
+        made.append(DIVERGENCE_PLOT)
     return made

@@ -8,6 +8,7 @@ from torchtune_longshort.eval.tasks.common.lengths import length_label
 from torchtune_longshort.plots.axes import table_number
 from torchtune_longshort.study.base_config import GATE_MEASURES
 from torchtune_longshort.study.comparisons import RECOVERY
+from torchtune_longshort.study.report_folder import BASE_FAILURE_PLOT
 
 if TYPE_CHECKING:
     from torchtune_longshort.study.config import StudyConfig
@@ -79,7 +80,7 @@ def base_section(b: Optional[Dict[str, Any]], cfg: "StudyConfig") -> List[str]:
         return ["### The base model", "", "No evaluated base model in this study.", ""]
     L0, need, measure = cfg.L0, cfg.base.min_ppl_ratio, cfg.base.gate_measure
     md = ["### The base model: how it fails beyond L0", "",
-          f"The pre-trained model, unscaled RoPE, at L0 = {L0} and beyond (plot: `base_failure.png`). Sequence "
+          f"The pre-trained model, unscaled RoPE, at L0 = {L0} and beyond (plot: `{BASE_FAILURE_PLOT}`). Sequence "
           f"ratio: ppl of {4 * L0}-token sequences over ppl of {L0}-token ones. Position ratio: inside the "
           f"{4 * L0}-token sequences, ppl of the tokens at positions [{3 * L0}, {4 * L0}) over that of the tokens "
           f"at [0, {L0}); late-position ratio: the same over the tokens at [{L0 // 2}, {L0}), which already had "

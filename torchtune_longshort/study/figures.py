@@ -36,7 +36,8 @@ from torchtune_longshort.study.eval_used import eval_used
 from torchtune_longshort.study.labels import loss_label, missing_text, seeds_of_cells, seeds_text
 from torchtune_longshort.study.load import load_study_config
 from torchtune_longshort.study.records import eval_setting, members_scored, metric_value, why_empty
-from torchtune_longshort.study.report_folder import check_report_dir, finished_report
+from torchtune_longshort.study.report_folder import (BABILONG_PLOT, CURVES_PLOT, FINETUNE_PLOT, MISALIGNMENT_PLOT,
+                                                     PASSKEY_PLOT, PPL_PLOT, check_report_dir, finished_report)
 from torchtune_longshort.study.tables import build_tables, read_records
 
 
@@ -283,25 +284,25 @@ def write_plots(cfg: StudyConfig, tables: Dict[str, Any], recs: Dict[str, Dict[s
     """Save every figure the tables and records support under ``rdir``; returns the file names."""
     made = []
     ev = cfg.eval
-    for tid, field, ylabel, name in (("ppl", "ppl_lengths", "perplexity", "ppl_vs_length.png"),
+    for tid, field, ylabel, name in (("ppl", "ppl_lengths", "perplexity", PPL_PLOT),
                                      ("misalignment", "misalignment_lengths", "misalignment (SCE, Eq. 4)",
-                                      "misalignment_vs_length.png")):
+                                      MISALIGNMENT_PLOT)):
         if tables.get(tid):
             save_figure(line_figure(cfg, tables[tid], getattr(ev, field), ylabel), rdir / name, dpi=110)
             made.append(name)
     if ev.babilong_lengths and ev.babilong.depths:
-        save_figure(babilong_figure(cfg, recs), rdir / "babilong_depth_length.png", dpi=110)
-        made.append("babilong_depth_length.png")
+        save_figure(babilong_figure(cfg, recs), rdir / BABILONG_PLOT, dpi=110)
+        made.append(BABILONG_PLOT)
     if ev.passkey_lengths and any(FAMILY_TASK["passkey"] in (r.get("results") or {}) for r in recs.values()):
-        save_figure(passkey_figure(cfg, recs), rdir / "passkey_depth_length.png", dpi=110)
-        made.append("passkey_depth_length.png")
+        save_figure(passkey_figure(cfg, recs), rdir / PASSKEY_PLOT, dpi=110)
+        made.append(PASSKEY_PLOT)
     if any((r.get("train") or {}).get("val_ce") for k, r in recs.items() if k != "base"):
-        save_figure(finetune_curve_figure(cfg, recs), rdir / "finetune_convergence.png", dpi=110)
-        made.append("finetune_convergence.png")
+        save_figure(finetune_curve_figure(cfg, recs), rdir / FINETUNE_PLOT, dpi=110)
+        made.append(FINETUNE_PLOT)
     longest = str(max(ev.ppl_lengths))
     if any(longest in (r.get("curves") or {}) for r in recs.values()):
-        save_figure(curve_figure(cfg, recs, longest), rdir / "per_position_loss.png", dpi=110)
-        made.append("per_position_loss.png")
+        save_figure(curve_figure(cfg, recs, longest), rdir / CURVES_PLOT, dpi=110)
+        made.append(CURVES_PLOT)
     return made
 
 

@@ -11,10 +11,21 @@ from typing import List
 
 from torchtune_longshort.output_guard import check_output_folder, read_json
 
-# every plot a study report (study/figures.py, study/claim_figures.py) or its redraw draws into its folder
-PLOTS = ("ppl_vs_length.png", "misalignment_vs_length.png", "babilong_depth_length.png", "passkey_depth_length.png",
-         "finetune_convergence.png", "per_position_loss.png", "base_failure.png", "metric_vs_performance.png",
-         "alpha_curves.png", "e_range_bars.png", "divergence_bars.png")
+# every plot a study report (study/figures.py, study/claim_figures.py) or its redraw draws into its folder: the
+# drawing modules save under these names, so the folder check and the figures cannot disagree on one
+PPL_PLOT = "ppl_vs_length.png"
+MISALIGNMENT_PLOT = "misalignment_vs_length.png"
+BABILONG_PLOT = "babilong_depth_length.png"
+PASSKEY_PLOT = "passkey_depth_length.png"
+FINETUNE_PLOT = "finetune_convergence.png"
+CURVES_PLOT = "per_position_loss.png"
+BASE_FAILURE_PLOT = "base_failure.png"
+SCATTER_PLOT = "metric_vs_performance.png"
+ALPHA_PLOT = "alpha_curves.png"
+E_RANGE_PLOT = "e_range_bars.png"
+DIVERGENCE_PLOT = "divergence_bars.png"
+PLOTS = (PPL_PLOT, MISALIGNMENT_PLOT, BABILONG_PLOT, PASSKEY_PLOT, FINETUNE_PLOT, CURVES_PLOT, BASE_FAILURE_PLOT,
+         SCATTER_PLOT, ALPHA_PLOT, E_RANGE_PLOT, DIVERGENCE_PLOT)
 # what the report writes into its folder (its own: an earlier report's, or nothing of these names); another PNG
 # there (a maintainer's alpha_curves_before.png beside a redrawn report) is none of the report's business
 REPORT_WRITES = ("report.md", "summary.json", "runs", *PLOTS)
