@@ -53,6 +53,15 @@ def test_a_moved_start_and_tokenizer_resume_and_other_content_is_refused_naming_
     assert ("checkpointer.checkpoint_dir", str(a / "start"), str(b / "start")) in changes
     assert ("checkpoint_dir", str(a / "start"), str(b / "start")) in changes  # the shipped configs' interpolation
     assert ("tokenizer.path", str(a / "tok"), str(b / "tok")) in changes
+    # one move, one line naming the folder and the keys it touched (it was one 'changed (applied)' line per key)
+    import torch
+
+    from torchtune_longshort.training.resume import apply_resume_changes
+
+    lines = []
+    apply_resume_changes(changes, torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), None, lines.append)
+    assert lines == [f"resume: {str(a)!r} moved to {str(b)!r}: checkpoint_dir, checkpointer.checkpoint_dir, "
+                     "tokenizer.path (applied)"], lines
 
     config = (b / "start" / "config.json").read_text()
     (b / "start" / "config.json").write_text(config.replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-06'))

@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from torchtune_longshort.models.hf_checkpoint import CheckpointFolder
 from torchtune_longshort.training.tokenizer_unchanged import same_tokenizer
 
 Change = Tuple[str, Any, Any]
+
+
+class Moved(NamedTuple):
+    """A key's change that names a start or tokenizer moved as it was (equal to the plain ``(key, old, new)``)."""
+
+    key: str
+    old: str
+    new: str
+
+
 START, TOKENIZER = "checkpointer.checkpoint_dir", "tokenizer.path"
 SamePlace = Callable[[Dict[str, Any], Dict[str, Any]], Tuple[List[Change], Dict[str, str]]]
 
@@ -43,7 +53,7 @@ def moved_sources(state: Dict[str, Any], step_dir: Path) -> SamePlace:
             notes.update({k: f" (the same move as {key})" for k, v in new.items()
                           if k != key and v == new[key] and old.get(k) == old[key]})
         moved = {new[key]: old[key] for key, same in verdicts.items() if same}
-        changes = [(key, old[key], v) for key, v in new.items() if verdicts.get(key, True) and isinstance(v, str)
+        changes = [Moved(key, old[key], v) for key, v in new.items() if verdicts.get(key, True) and isinstance(v, str)
                    and v in moved and old.get(key) == moved[v]]
         return changes, notes
 
@@ -74,3 +84,27 @@ def _tokenizer_note(old: str, new: Path, state: Dict[str, Any], step_dir: Path) 
         return None
     return (f" (its tokenizer files are not the copies in {step_dir.name}, which the run trained with; to resume, put "
             f"the run's tokenizer back at {old!r})")
+
+
+def moved_folders(changes: Sequence[Change]) -> Tuple[List[str], List[Change]]:
+    """The :class:`Moved` changes among ``changes``, one text per folder moved (``'/a' moved to '/b':
+    checkpointer.checkpoint_dir, tokenizer.path``: a key's old and new paths, their common tail taken off, name the
+    folder), and the other changes: a study folder moved was logged as one line per key naming it."""
+    keys: Dict[Tuple[str, str], List[str]] = {}
+    rest = []
+    for change in changes:
+        if isinstance(change, Moved):
+            keys.setdefault(_moved_folder(change.old, change.new), []).append(change.key)
+        else:
+            rest.append(change)
+    return [f"{a!r} moved to {b!r}: {', '.join(sorted(k))}" for (a, b), k in keys.items()], rest
+
+
+def _moved_folder(old: str, new: str) -> Tuple[str, str]:
+    """The folder moved: ``old`` and ``new`` without the path components they end in alike ('/a/start' and
+    '/b/start': '/a', '/b')."""
+    a, b = Path(old).parts, Path(new).parts
+    same = 0
+    while same < min(len(a), len(b)) - 1 and a[-1 - same] == b[-1 - same]:
+        same += 1
+    return str(Path(*a[:len(a) - same])), str(Path(*b[:len(b) - same]))

@@ -27,7 +27,7 @@ from torchtune_longshort.training.recipe_config.paths import resolved_config
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
 from torchtune_longshort.training.recipe_config.rope_node import ROPE_SCALED, scaling_start_of_node
 from torchtune_longshort.training.moved_data import moved_data
-from torchtune_longshort.training.moved_sources import SamePlace, moved_sources
+from torchtune_longshort.training.moved_sources import SamePlace, moved_folders, moved_sources
 from torchtune_longshort.training.tokenizer_unchanged import check_tokenizer_unchanged
 from torchtune_longshort.rope import ROPE_METHODS
 from torchtune_longshort.windows import resolve_e_range
@@ -217,7 +217,11 @@ def apply_resume_changes(changes: List[Tuple[str, Any, Any]], optimizer, lr_sche
     optimizer argument the new config leaves out takes the optimizer's own default. Then the groups' lr is the
     (new) schedule's at the resumed step (:func:`scheduled_lr`). ``schedule_at(max_steps)``: the run's
     ``(optimizer, lr_scheduler)`` built for ``max_steps`` on a stand-in optimizer, which says whether a ``max_steps``
-    change leaves the steps made on another schedule (:func:`_schedule_note`)."""
+    change leaves the steps made on another schedule (:func:`_schedule_note`). The keys a folder's move changed
+    (:func:`~.moved_sources.moved_folders`) are logged in one line naming the folder."""
+    moves, changes = moved_folders(changes)
+    for move in moves:
+        log(f"resume: {move} (applied)")
     for key, old, new in changes:
         if key.startswith("optimizer.") and key != "optimizer._component_":
             name = key.split(".", 1)[1]

@@ -34,6 +34,7 @@ with stopped_while_importing(__name__, Path(sys.argv[0]).name):  # Ctrl-C while 
     from torchtune_longshort.config.unknown_keys import refuse_study_config, torchtune_keys_as_here
     from torchtune_longshort.training.recipe_config import load_recipe_config, resolved_container
     from torchtune_longshort.training.recipe_config.paths import interpolation_refusal
+    from torchtune_longshort.training.moved_sources import moved_folders
     from torchtune_longshort.training.resume import resume_changes
 
 
@@ -166,7 +167,8 @@ def validate(config: str, overrides, world_size: int = 1, notes: Optional[list] 
     if notes is not None:
         notes.extend(torchtune_keys_as_here(plain).values())
     if applied is not None:
-        applied.extend(f"{key}: {old!r} -> {new!r}" for key, old, new in changes)
+        moves, changes = moved_folders(changes)
+        applied.extend(moves + [f"{key}: {old!r} -> {new!r}" for key, old, new in changes])
     return checked
 
 
