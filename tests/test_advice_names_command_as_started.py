@@ -44,15 +44,27 @@ def _rope_changed_step(tmp_path):
     return base, step
 
 
-@pytest.mark.parametrize("typed, spec", [(EVAL, f"{EVAL}.__main__"),  # python -m torchtune_longshort.eval run ...
-                                         ("torchtune_longshort.study", "torchtune_longshort.study.__main__"),
-                                         (None, None)])  # longshort-eval run ... (its script: no __spec__)
-def test_the_peft_base_way_on_names_the_command_as_started(tmp_path, monkeypatch, typed, spec):
+RECIPE = "torchtune_longshort.recipes.longshort_finetune"
+
+
+@pytest.mark.parametrize("typed, spec, torchrun", [
+    (EVAL, f"{EVAL}.__main__", False),  # python -m torchtune_longshort.eval run ...
+    ("torchtune_longshort.study", "torchtune_longshort.study.__main__", False),
+    (None, None, False),  # longshort-eval run ... (its script: no __spec__)
+    # tune run --nproc_per_node 2 <recipe>: torchrun's agent starts each worker as `python -u -m <recipe>`, which the
+    # user never typed; the workers' adapter line advised `python -m torchtune_longshort.eval peft-base`, one
+    # process's `longshort-eval peft-base`
+    (RECIPE, RECIPE, True)])
+def test_the_peft_base_way_on_names_the_command_as_started(tmp_path, monkeypatch, typed, spec, torchrun):
     base, step = _rope_changed_step(tmp_path)
     _started(monkeypatch, typed, spec)
+    if torchrun:
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r1")
+    else:
+        monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     with pytest.raises(ValueError) as e:
         check_peft_args(str(base), str(step / "adapter"))
-    said = f"python -m {EVAL}" if typed else _script(f"{EVAL}.__main__")
+    said = f"python -m {EVAL}" if typed and not torchrun else _script(f"{EVAL}.__main__")
     assert f", which {said} peft-base {step} --out " in str(e.value), str(e.value)
 
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+# torchrun's agent gives each worker a run id (outside torchrun: none)
+ELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
+
 
 def _launched(name: str, default: int, low: int, high: Optional[int], what: str) -> int:
     """``$name`` as an integer in ``[low, high)`` (``default`` when unset or empty); else a ``ValueError`` naming it."""
@@ -47,3 +50,8 @@ def launched_local_rank() -> int:
     if launched_world_size() == 1:
         return 0
     return _launched("LOCAL_RANK", 0, 0, None, "this process's rank on this machine")
+
+
+def torchrun_worker() -> bool:
+    """Whether torchrun's agent started this process (``tune run --nproc_per_node N`` runs its workers through it)."""
+    return bool(os.environ.get(ELASTIC_RUN_ID))

@@ -37,7 +37,7 @@ import time
 from typing import Callable, Iterator, NoReturn, Optional, TypeVar
 
 from torchtune_longshort.disk_space import is_out_of_space, out_of_space_line
-from torchtune_longshort.launcher import launched_rank
+from torchtune_longshort.launcher import launched_rank, torchrun_worker
 from torchtune_longshort.output_guard import stops_held
 from torchtune_longshort.started_as import running_module, starting_command
 
@@ -48,9 +48,8 @@ RESTART = "start the run again with overwrite_output_dir=True"
 
 TRACEBACK_ENV = "LONGSHORT_TRACEBACK"
 EXIT_REFUSED = 2
-# torchrun's agent gives each worker a file to report its failure in, and a run id (also outside torchrun: none)
+# torchrun's agent gives each worker a file to report its failure in
 ELASTIC_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
-ELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
 
 T = TypeVar("T")
 
@@ -89,7 +88,7 @@ def show_traceback() -> bool:
 
 def elastic_error_file() -> str:
     """The file torchrun's agent reads this worker's failure from ("" outside torchrun)."""
-    return os.environ.get(ELASTIC_ERROR_FILE, "") if os.environ.get(ELASTIC_RUN_ID) else ""
+    return os.environ.get(ELASTIC_ERROR_FILE, "") if torchrun_worker() else ""
 
 
 def record_for_torchrun(path: str, line: str) -> None:

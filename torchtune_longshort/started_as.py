@@ -13,6 +13,8 @@ import sys
 from importlib import metadata
 from typing import Optional
 
+from torchtune_longshort.launcher import torchrun_worker
+
 PACKAGE = "torchtune_longshort"
 EVAL_MAIN = f"{PACKAGE}.eval.__main__"  # longshort-eval's function's module, which lines advising it name
 # `-m mod`, `-mmod`, or flags without arguments before it (`-Bm mod`, `-Rm mod`), as Python's own option parser
@@ -86,8 +88,10 @@ def advised_command(module: str) -> str:
     function (as for :func:`command_name`): the way this process was started, so that a user who typed ``python -m``
     (whose PATH may hold no console script) is told ``python -m <its module>``, and a console script's user (or a
     caller that is neither: ``tune run``, a test) that command's script (:func:`command_name`, which also answers
-    when the advised command is this one)."""
+    when the advised command is this one). A torchrun worker runs its module with ``-m`` because the launcher
+    (``tune run --nproc_per_node N``, ``torchrun``) was told so, not the user: its script, as ``tune run``'s one
+    process says (the 2-process run's adapter line advised ``python -m torchtune_longshort.eval peft-base``)."""
     named = command_name(module)
-    if _running().split(".")[0] == PACKAGE and not named.startswith("python -m "):
+    if _running().split(".")[0] == PACKAGE and not named.startswith("python -m ") and not torchrun_worker():
         return _as_module(module)
     return named
