@@ -43,7 +43,7 @@ def _with(saved: dict, start: Path, tok: Path) -> dict:
 
 
 def test_a_moved_start_and_tokenizer_resume_and_other_content_is_refused_naming_the_check(tiny_finished_run,
-                                                                                         tmp_path):
+                                                                                         tmp_path, capsys):
     from torchtune_longshort.training.resume import resume_changes
 
     a, b, run = tmp_path / "a", tmp_path / "b", tmp_path / "run"
@@ -62,6 +62,19 @@ def test_a_moved_start_and_tokenizer_resume_and_other_content_is_refused_naming_
     apply_resume_changes(changes, torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), None, lines.append)
     assert lines == [f"resume: {str(a)!r} moved to {str(b)!r}: checkpoint_dir, checkpointer.checkpoint_dir, "
                      "tokenizer.path (applied)"], lines
+    # longshort-validate names the same move in one note (it listed one 'key: old -> new' per key)
+    from omegaconf import OmegaConf
+
+    from torchtune_longshort.training.recipe_config.validate import main as validate_main
+
+    given = _with(saved, b / "start", b / "tok")
+    given.update(output_dir=str(run), resume=True, checkpointer={**given["checkpointer"], "output_dir": str(run)},
+                  metric_logger={**given["metric_logger"], "log_dir": str(run / "logs")})  # the run, copied
+    OmegaConf.save(given, tmp_path / "r.yaml")
+    assert validate_main([str(tmp_path / "r.yaml")]) == 0
+    notes = [ln.partition(": note: ")[2] for ln in capsys.readouterr().out.splitlines() if "resume=True" in ln]
+    assert notes == [f"resume=True applies {str(a)!r} moved to {str(b)!r}: checkpoint_dir, "
+                     "checkpointer.checkpoint_dir, tokenizer.path (as tune run will, and logs)"], notes
 
     config = (b / "start" / "config.json").read_text()
     (b / "start" / "config.json").write_text(config.replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-06'))
