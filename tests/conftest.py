@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -168,6 +169,27 @@ def _write_tiny_llama2(d):
     )
 
 
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, tiny_llama2_dir, sp_tokenizer_dir):
+    """The tiny Llama-2 checkpoint (256 positions) with its tokenizer: what the eval model opens (one per module)."""
+    d = tmp_path_factory.mktemp("tiny_with_tokenizer") / "ckpt"
+    shutil.copytree(tiny_llama2_dir, d)
+    for f in Path(sp_tokenizer_dir).iterdir():
+        if f.is_file():
+            shutil.copy(f, d / f.name)
+    return d
+
+
+@pytest.fixture(scope="module")
+def base_with_tokenizer(tmp_path_factory, tiny_llama2_dir, sp_tokenizer_dir):
+    """The tiny Llama-2 checkpoint's and the tokenizer's files in one folder, for a module's tests to save from (one
+    per module)."""
+    d = tmp_path_factory.mktemp("base_tok")
+    for f in list(tiny_llama2_dir.iterdir()) + list(sp_tokenizer_dir.iterdir()):
+        shutil.copy(f, d / f.name)
+    return d
+
+
 @pytest.fixture(scope="session")
 def family_dirs(tmp_path_factory, sp_tokenizer_dir):
     """A tiny random checkpoint of every model family, each in its real Hugging Face layout (its tokenizer format
@@ -176,6 +198,21 @@ def family_dirs(tmp_path_factory, sp_tokenizer_dir):
 
     built = _built_once(tmp_path_factory, "families", lambda d: write_all(d, sp_tokenizer_dir))
     return {layout: Path(folder) for layout, folder in built.items()}
+
+
+@pytest.fixture
+def marker(tmp_path, monkeypatch):
+    """The file the module of one's own of ``tests/trust_gate.py`` (``gate_pkg.mine``) writes when imported, and that
+    module importable for the test, as a process that never imported it sees it: the trust_remote_code tests'
+    witness."""
+    from trust_gate import PKG, SOURCE
+    from user_modules import forget_user_module, write_user_module
+
+    write_user_module(tmp_path / "mods", {f"{PKG}/__init__.py": "", f"{PKG}/mine.py": SOURCE}, monkeypatch)
+    monkeypatch.setenv("GATE_MARKER", str(tmp_path / "marker"))
+    forget_user_module(PKG)
+    yield tmp_path / "marker"
+    forget_user_module(PKG)
 
 
 @pytest.fixture(scope="session")

@@ -14,14 +14,6 @@ from torchtune_longshort.models.hf_checkpoint import INDEX_FILE, ROPE_SIDE_FILE,
 from torchtune_longshort.models.hf_checkpoint_writer import save_hf_checkpoint
 
 
-@pytest.fixture(scope="module")
-def base_with_tokenizer(tmp_path_factory, tiny_llama2_dir, sp_tokenizer_dir):
-    d = tmp_path_factory.mktemp("base_tok")
-    for f in list(tiny_llama2_dir.iterdir()) + list(sp_tokenizer_dir.iterdir()):
-        shutil.copy(f, d / f.name)
-    return d
-
-
 def _saved(tmp_path, base, method, **kw):
     model = load_hf_checkpoint(base, plain_rope=True)
     apply_rope_scaling(model, method, 512, original_max_seq_len=256, **kw)

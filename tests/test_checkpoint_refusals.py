@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from test_checkpoint_format import _saved, base_with_tokenizer  # noqa: F401  (a fixture)
+from test_checkpoint_format import _saved
 
 from torchtune_longshort.models import load_hf_checkpoint
 from torchtune_longshort.models.hf_checkpoint import check_checkpoint_folder

@@ -11,22 +11,10 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 from test_study_table1 import PROG, _rec
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tiny_llama2_dir, sp_tokenizer_dir):
-    """The tiny Llama-2 checkpoint (256 positions) with its tokenizer: what the eval model opens."""
-    d = tmp_path_factory.mktemp("tiny_with_tokenizer") / "ckpt"
-    shutil.copytree(tiny_llama2_dir, d)
-    for f in Path(sp_tokenizer_dir).iterdir():
-        if f.is_file():
-            shutil.copy(f, d / f.name)
-    return d
 
 
 def _bad_method(raw):

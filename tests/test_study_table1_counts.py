@@ -16,7 +16,6 @@ import statistics
 
 import yaml
 from test_study_table1 import _rec
-from test_study_table1_cells import tiny_folder  # noqa: F401  (a fixture)
 
 from torchtune_longshort.eval.cli_run import run_cli, samples_of
 from torchtune_longshort.study.table1.analysis import analyze, main_correlation

@@ -3,7 +3,7 @@ family or RoPE method of one's own (a study's base, a step trained with one) was
 take ('... pass trust_remote_code=True in --model_args'), and no flag of the command trusted it, so a study on such
 a base stopped at its babilong_data stage. ``--trust-remote-code`` now trusts it (the study passes it, as its
 evaluations pass trust_remote_code=true); without it the refusal names that flag. The module's marker file is the
-witness (tests/test_trust_remote_code.py)."""
+witness (tests/trust_gate.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import shutil
 
 import pytest
 
-from test_trust_remote_code import FAMILY_PATH, _folder_naming, _imported
-from test_trust_remote_code import marker  # noqa: F401  (the fixture: a module of one's own whose import writes it)
+from trust_gate import FAMILY_PATH, _folder_naming, _imported
 
 from torchtune_longshort.eval.tasks.babilong.generator import main
 

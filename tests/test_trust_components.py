@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_trust_remote_code import FAMILY_PATH, PKG, ROPE_PATH, _folder_naming, _imported, _linear_scaled
-from test_trust_remote_code import marker  # noqa: F401  (the fixture: a module of one's own whose import writes it)
+from trust_gate import FAMILY_PATH, PKG, ROPE_PATH, _folder_naming, _imported, _linear_scaled
 from user_modules import forget_user_module
 
 

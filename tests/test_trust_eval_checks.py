@@ -13,8 +13,7 @@ import sys
 
 import pytest
 
-from test_trust_remote_code import FAMILY_PATH, ROPE_PATH, _folder_naming, _imported
-from test_trust_remote_code import marker  # noqa: F401  (the fixture: a module of one's own whose import writes it)
+from trust_gate import FAMILY_PATH, ROPE_PATH, _folder_naming, _imported
 
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_trust_remote_code import FAMILY_PATH, _folder_naming, _imported
-from test_trust_remote_code import marker  # noqa: F401  (the fixture: a module of one's own whose import writes it)
+from trust_gate import FAMILY_PATH, _folder_naming, _imported
 
 
 

@@ -16,53 +16,10 @@ import sys
 
 import pytest
 
-from user_modules import forget_user_module, write_user_module
+from trust_gate import FAMILY_PATH, MODULE, PKG, ROPE_PATH, _folder_naming, _imported, _linear_scaled
+from user_modules import forget_user_module
 
 from torchtune_longshort.models import load_hf_checkpoint
-
-PKG = "gate_pkg"
-MODULE = f"{PKG}.mine"
-ROPE_PATH, FAMILY_PATH = f"{MODULE}.MyLinear", f"{MODULE}.MYLLAMA"
-SOURCE = """
-import dataclasses, os
-from pathlib import Path
-Path(os.environ["GATE_MARKER"]).write_text("imported")  # the top-level side effect a checkpoint must not trigger
-from torchtune_longshort.models.families import MODEL_FAMILIES
-from torchtune_longshort.rope.linear import LinearRoPE
-class MyLinear(LinearRoPE):
-    pass
-MYLLAMA = dataclasses.replace(MODEL_FAMILIES["llama"])
-class Holder:
-    MYLLAMA = MYLLAMA
-"""
-
-
-@pytest.fixture
-def marker(tmp_path, monkeypatch):
-    write_user_module(tmp_path / "mods", {f"{PKG}/__init__.py": "", f"{PKG}/mine.py": SOURCE}, monkeypatch)
-    monkeypatch.setenv("GATE_MARKER", str(tmp_path / "marker"))
-    forget_user_module(PKG)
-    yield tmp_path / "marker"
-    forget_user_module(PKG)
-
-
-def _imported(marker) -> bool:
-    return marker.exists() or MODULE in sys.modules
-
-
-def _folder_naming(src, dst, **entries):
-    shutil.copytree(src, dst)
-    config = json.loads((dst / "config.json").read_text())
-    (dst / "config.json").write_text(json.dumps({**config, **entries}))
-    return dst
-
-
-def _linear_scaled(src, dst, method):
-    """``src`` linearly scaled x2, as save_hf_checkpoint writes it, its spec naming ``method``."""
-    return _folder_naming(src, dst, rope_scaling={"rope_type": "linear", "factor": 2.0},
-                          rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, longshort_rope={
-        "method": method, "factor": 2.0, "base": 10000.0, "max_seq_len": 512, "head_dim": 16,
-        "original_max_seq_len": 256})
 
 
 def test_a_rope_method_a_checkpoint_names_is_imported_only_when_trusted(marker, tiny_llama2_dir, tmp_path):

@@ -5,14 +5,13 @@ method of one's own it named (``longshort_rope.method='gate_pkg.mine.MyLinear'``
 trust asked (stock lm-eval sets no reader's gate; the README's table says the pack's tasks refuse such a path). It is
 read now under the task's own answer (``trust_remote_code`` in its metadata, where lm-eval puts ``--model_args``):
 untrusted, nothing is imported and the refusal says how to trust it; trusted, as before. The module's marker file is
-the witness (tests/test_trust_remote_code.py)."""
+the witness (tests/trust_gate.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from test_trust_remote_code import PKG, ROPE_PATH, _imported, _linear_scaled
-from test_trust_remote_code import marker  # noqa: F401  (the fixture: a module of one's own whose import writes it)
+from trust_gate import PKG, ROPE_PATH, _imported, _linear_scaled
 
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, TaskDataError, check_fits_model
 

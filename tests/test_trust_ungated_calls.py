@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_trust_remote_code import FAMILY_PATH, PKG, ROPE_PATH, _folder_naming, _imported
-from test_trust_remote_code import marker  # noqa: F401  (the fixture: a module of one's own whose import writes it)
+from trust_gate import FAMILY_PATH, PKG, ROPE_PATH, _folder_naming, _imported
 from user_modules import forget_user_module
 
 README = Path(__file__).resolve().parents[1] / "README.md"
