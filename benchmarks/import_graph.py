@@ -62,7 +62,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from import_layers import FLOORS, PACKAGE, floor_of, short  # noqa: E402,F401  (the sibling module: the layering)
+from import_layers import PACKAGE, floor_of, short  # noqa: E402  (the sibling module: the layering)
 
 MODULE, FUNCTION, TYPE_ONLY = "module", "function", "type-only"
 # Outside packages that cost seconds to import (torch ~2-6 s here); --list shows which a function-level import adds.

@@ -315,8 +315,6 @@ def test_without_matplotlib_the_report_says_so_in_one_line_and_writes_its_tables
 
     _write(tmp_path / "r", {"longshort_ppl": {"ppl_512,none": 9.0}, "longshort_passkey": {"acc_512_d0,none": 1.0}},
            {"longshort_ppl": [{"curve_mean_nll_3": [1.0, 2.0, 3.0]}]})
-    import matplotlib  # noqa: F401  (in sys.modules, for the context below to put back)
-
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
         main([str(tmp_path / "r"), "--out", str(tmp_path / "rep")])
