@@ -122,7 +122,8 @@ def claim_section(c: Dict[str, Any]) -> List[str]:
         md += [f"Across {c['n_checkpoints']} fine-tuned checkpoints (every configuration and seed):", ""]
         md += md_table(["predictor", "target", "n", "Pearson r [95% CI]", "Spearman rho [95% CI]"], body)
     if c.get("comparisons"):
-        extra = ["e_range", "expected"] if c["id"] == "table7" else ["divergence", "alpha"] if c["id"] == "divergence" else []
+        extra = (["e_range", "expected"] if c["id"] == "table7"
+                 else ["divergence", "alpha"] if c["id"] == "divergence" else [])
         md += _comparisons(c["comparisons"], extra)
     return md
 
@@ -138,7 +139,8 @@ def per_config_section(rows: List[Dict[str, Any]], L: int, top: int) -> List[str
              _f(r["means"].get("ppl_top")), _f(r["means"].get("passkey_depth_0"), 3),
              _f(r["means"].get("passkey_digits_depth_0"), 3)] for r in rows]
     return md + md_table(["configuration", "method", "alpha", "variant", "entropy", "loss, pos < L",
-                        "loss, pos >= L", f"ppl {length_label(top)}", "passkey depth 0", "passkey digits depth 0"], body)
+                          "loss, pos >= L", f"ppl {length_label(top)}", "passkey depth 0",
+                          "passkey digits depth 0"], body)
 
 
 QUICK_VERDICTS = ("**A `--quick` run: a smoke test of the pipeline, its steps and seeds too few to decide any claim; "

@@ -19,9 +19,9 @@ from torchtune_longshort.config.fields import setting as recipe_setting
 
 def setting(default: Any = REQUIRED, *, doc: str, check: Optional[Check] = None, section: Optional[type] = None,
             nullable: bool = False, written_if_set: bool = False, names: bool = False) -> Any:
-    """A dataclass field of a study config section: :func:`torchtune_longshort.config.fields.setting` plus ``written_if_set``
-    (left out of :meth:`StudySection.as_dict` while None) and ``names`` (its check reads names only, and also runs
-    on the ``quick`` overlay)."""
+    """A dataclass field of a study config section: :func:`torchtune_longshort.config.fields.setting` plus
+    ``written_if_set`` (left out of :meth:`StudySection.as_dict` while None) and ``names`` (its check reads names
+    only, and also runs on the ``quick`` overlay)."""
     meta = dict(recipe_setting(default, doc=doc, check=check, section=section, nullable=nullable).metadata)
     return field(default=None, metadata={**meta, "written_if_set": written_if_set, "names": names})
 

@@ -96,7 +96,8 @@ def _outcome_markdown(outcome: Dict[str, Any], tables: Dict[str, Any]) -> List[s
         for mname, per_a in per.items():
             for a, per_c in per_a.items():
                 body.append([f"{tid}", mname, a] + [
-                    (f"{cell_text(per_c[c]['mean_diff'], per_c[c]['sd_diff'])} ({per_c[c]['n_lower']}/{per_c[c]['n_pairs']} lower)"
+                    (f"{cell_text(per_c[c]['mean_diff'], per_c[c]['sd_diff'])} "
+                     f"({per_c[c]['n_lower']}/{per_c[c]['n_pairs']} lower)"
                      if per_c[c]["n_pairs"] else "—") for c in cols])
         md += md_table(["metric", "method", "alpha"] + cols, body)
 

@@ -100,7 +100,8 @@ def _length_section(entry: Dict[str, Any], command: str = "") -> List[str]:
 def _measured_section(cfg: Table1Config, command: str) -> List[str]:
     ev = cfg.eval
     return ["## What was measured", "",
-            f"Config `{cfg.config_path}`{' --quick' if cfg.quick else ''}" + (f"; command `{command}`" if command else "")
+            f"Config `{cfg.config_path}`{' --quick' if cfg.quick else ''}"
+            + (f"; command `{command}`" if command else "")
             + ". No training: each variant is the pre-trained checkpoint with its RoPE scaled at load "
             f"(`longshort` eval model, `rope=<method>`, factor = length / {cfg.L0} unless given), run at each length "
             f"of {[length_label(n) for n in cfg.lengths]} with the task pack (`longshort_ppl`, `longshort_passkey`, "
