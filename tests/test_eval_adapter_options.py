@@ -62,6 +62,16 @@ def test_gen_kwargs_do_sample_is_refused_before_lm_eval_starts(tiny_llama2_dir, 
                                          r"samples at it, the longshort model decodes greedily only"):
         check_arguments(argv[:-1] + ["temperature=0.7"])
     check_arguments(argv[:-1] + ["temperature=0"])
+    # a value lm-eval's normalize_gen_kwargs cannot read ended the run at its first generation, after the model had
+    # loaded, in "could not convert string to float: 'abc'": refused first, under hf too, naming option and key
+    hf = ["run", "--model", "hf", "--model_args", f"pretrained={tiny_llama2_dir}"] + argv[5:]
+    for bad, key in (("temperature=abc", "temperature"), ("max_gen_toks=lots", "max_gen_toks")):
+        with pytest.raises(ValueError):
+            normalize_gen_kwargs({key: bad.split("=")[1]}, 8)  # the reference: lm-eval cannot read it
+        for run in (argv, hf):
+            with pytest.raises(ValueError, match=rf"^--gen_kwargs {bad}: lm-eval reads {key} as "):
+                check_arguments(run[:-1] + [bad])
+        check_arguments([a if a != "longshort_passkey" else "longshort_ppl" for a in argv[:-1] + [bad]])
     assert generates("longshort_babilong_qa1") and generates("arc_easy") and not generates("longshort_misalignment")
 
 

@@ -27,7 +27,7 @@ from torchtune_longshort.eval.model_args_argv import (json_fix, model_args_item,
 from torchtune_longshort.eval.model.args import batch_sizes, check_model_fits, parse_model_args
 from torchtune_longshort.eval.model.chat import (lacks_template, no_template_message, select_template, template_name,
                                                  template_tokenizer)
-from torchtune_longshort.eval.model.generation import not_greedy
+from torchtune_longshort.eval.model.generation import not_greedy, unreadable_value
 from torchtune_longshort.eval.other_model_args import check_other_model_args, refuse_missing_folder
 from torchtune_longshort.eval.results_written import SavedResults, check_output_room
 from torchtune_longshort.eval.task_faults import contained  # a task that raises: NaN, the others scored
@@ -167,9 +167,9 @@ def check_arguments(out: List[str]) -> None:
       model, a ``pretrained=`` path that is no folder;
     - when every task is the pack's, a ``--metadata`` key none of them reads (``max_seq_length`` for
       ``max_seq_lengths``: lm-eval passes it on, and the tasks ran at their default lengths);
-    - with ``--model longshort``, ``--gen_kwargs do_sample=true`` (or a temperature without it, or beams...:
-      :func:`~.model.generation.not_greedy`) when a task of the run may generate (the model decodes greedily only:
-      it refused the first generation, after loading and any earlier task, exit 2)."""
+    - ``--gen_kwargs temperature=abc`` (a value lm-eval cannot read), and with ``--model longshort``
+      ``do_sample=true`` (or a temperature without it, or beams...), when a task of the run may generate
+      (:func:`_check_gen_kwargs`)."""
     if asks_help(out) or out[0] in _SUBCOMMANDS[1:]:
         return
     check_output_room(option(out, "--output_path"))
@@ -205,6 +205,7 @@ def check_arguments(out: List[str]) -> None:
         except TaskDataError as e:
             raise ValueError(f"--metadata {e}") from None
     model = option(out, "--model") or "hf"
+    _check_gen_kwargs(given.gen_kwargs or {}, model, task_names(out))
     if model == "longshort":
         passed = {key: option(out, f"--{key}") for key in ("device", "batch_size", "max_batch_size")}
         if flag_given(out, "--trust_remote_code"):  # lm-eval adds it to the model's arguments
@@ -212,9 +213,6 @@ def check_arguments(out: List[str]) -> None:
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
         check_model_fits(args)  # a length whose RoPE tables no memory holds (meta build: nothing allocated)
         _check_use_cache(out, model, args)
-        why = not_greedy(given.gen_kwargs or {})  # sampling, beams, penalties: hf's generate honours them
-        if why and any(generates(n) for n in task_names(out)):
-            raise ValueError(f"--gen_kwargs {why}")
         if flag_given(out, "--apply_chat_template"):
             chat = template_tokenizer(args.tokenizer.path)
             if chat is None and not _every_task_ignores(task_names(out), "apply_chat_template"):
@@ -236,6 +234,19 @@ def check_arguments(out: List[str]) -> None:
     if model != "longshort":  # longshort refuses what it does not take itself
         check_other_model_args(given.model_args or {}, model)
         _check_use_cache(out, model, None)
+
+
+def _check_gen_kwargs(gen_kwargs: Dict[str, Any], model: str, tasks: List[str]) -> None:
+    """``--gen_kwargs`` refused before lm-eval starts where a task of the run may generate (lm-eval gives the others
+    none): a value lm-eval cannot read, under any model (:func:`~.model.generation.unreadable_value`), and with
+    ``--model longshort`` sampling, beams, penalties (:func:`~.model.generation.not_greedy`: hf's generate honours
+    them, the longshort model decodes greedily only). Both ended the run at its first generation, after the model
+    had loaded and any earlier task had run (exit 2)."""
+    if not any(generates(n) for n in tasks):
+        return
+    why = unreadable_value(gen_kwargs) or (not_greedy(gen_kwargs) if model == "longshort" else "")
+    if why:
+        raise ValueError(f"--gen_kwargs {why}")
 
 
 def _check_use_cache(out: List[str], model: str, args: Optional[Any]) -> None:

@@ -63,6 +63,26 @@ def not_greedy(gen_kwargs: Dict[str, Any]) -> str:
             + ", ".join(f"{k}={v}" for k, v in NEUTRAL_KWARGS.items()))
 
 
+# The generation kwargs lm-eval's ``normalize_gen_kwargs`` converts for every model (hf's and ours): a value these
+# cannot read ended the run at its first generation, after the model had loaded ("could not convert string to float:
+# 'abc'", naming neither the option nor the key).
+NUMERIC_KWARGS = {"temperature": (float, "a number, e.g. temperature=0"),
+                  **{k: (int, f"a whole number of tokens, e.g. {k}=64")
+                     for k in ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")}}
+
+
+def unreadable_value(gen_kwargs: Dict[str, Any]) -> str:
+    """Why lm-eval cannot read ``gen_kwargs`` (parsed as lm-eval parses ``--gen_kwargs``; ``""``: it can): the first
+    key of :data:`NUMERIC_KWARGS` whose value its conversion refuses, with what the key takes."""
+    for key, (kind, takes) in NUMERIC_KWARGS.items():
+        if key in (gen_kwargs or {}):
+            try:
+                kind(gen_kwargs[key])
+            except (TypeError, ValueError):
+                return f"{key}={gen_kwargs[key]}: lm-eval reads {key} as {takes}"
+    return ""
+
+
 def _above_zero(value: Any) -> bool:
     try:
         return float(value) > 0.0
