@@ -232,6 +232,10 @@ def test_summary_line_counts_a_member_without_data_as_unscored_with_its_reason()
     results["results"]["longshort_babilong"] = {"acc,none": 0.5, "missing_data,none": 1.0}
     assert summary_line(results) == ("[longshort-eval] 2 metrics scored, 1 unscored: longshort_babilong_qa1: every "
                                      "metric (no data) (no file qa1.jsonl)")
+    # one length's data missing, another's scored: the member has its accuracy, and was said to have no metric
+    results["results"]["longshort_babilong_qa1"] = {"acc,none": 0.0, "acc_0k,none": 0.0, "missing_data,none": 1.0}
+    assert summary_line(results) == ("[longshort-eval] 4 metrics scored, 1 unscored: longshort_babilong_qa1: part of "
+                                     "its data (no data) (no file qa1.jsonl)")
     results["configs"]["longshort_babilong_qa1"]["not_scored"] = {"x" * 1000: 1}
     assert len(summary_line(results)) < 500 and summary_line(results).endswith("x…)")
 

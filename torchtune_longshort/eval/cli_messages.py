@@ -114,16 +114,19 @@ def summary_line(results: Dict[str, Any], results_file: Optional[Path] = None) -
 def _scored_line(results: Dict[str, Any]) -> str:
     """:func:`summary_line` without the results file."""
     bad: Dict[str, List[str]] = {}
-    scored = 0
+    scored, missing, some = 0, [], set()
     groups = results.get("group_subtasks") or {}
     for task, name, value in _metrics(results):
         if name == MISSING_METRIC:  # a group member without data: its marker, not a score
             if value and task not in groups:  # a group's is its members' mean: they are named, each with its reason
-                bad.setdefault(task, []).append("every metric (no data)")
+                missing.append(task)
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             scored += 1
+            some.add(task)
         else:
             bad.setdefault(task, []).append(name)
+    for task in missing:  # one of BABILong's lengths not there, the others scored: not "every metric"
+        bad.setdefault(task, []).append("part of its data (no data)" if task in some else "every metric (no data)")
     n_bad = sum(len(v) for v in bad.values())
     left = {t: c[LIMIT_LEFT_OUT_KEY] for t, c in sorted((results.get("configs") or {}).items())
             if (c or {}).get(LIMIT_LEFT_OUT_KEY)}
