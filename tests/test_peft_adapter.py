@@ -338,6 +338,10 @@ def test_an_adapter_of_a_run_that_changed_the_rope_says_how_its_base_loads(famil
     note = base_config_note(qlora)
     assert "(nf4)" in note and note.endswith(f"evaluate or serve the merged {qlora} itself")
     assert "PeftModel" not in note
+    write_peft_adapter(tmp_path / "qlora_kept" / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
+                       base_model=str(folder.path), quantized_base="nf4")  # the start's RoPE kept: still said
+    assert base_config_note(tmp_path / "qlora_kept").endswith(
+        f"(nf4): evaluate or serve the merged {tmp_path / 'qlora_kept'} itself")
 
     # CLEX: transformers refuses the step's config.json (its rope_type says why), so no base loads with it
     clex = {"method": "clex", "base": 1e4, "max_seq_len": 512, "original_max_seq_len": 256, "t_max": 2,

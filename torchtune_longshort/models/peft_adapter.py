@@ -241,7 +241,8 @@ def peft_base_out(step: Path) -> Path:
 
 def base_config_note(step_dir: Optional[Path]) -> str:
     """A line (a newline first) for the user when ``step_dir``'s adapter needs its base loaded with the step's
-    config.json (the run changed the RoPE: ``base_config`` in the layout file), else ""."""
+    config.json (the run changed the RoPE: ``base_config`` in the layout file) or was trained on a quantized base
+    (QLoRA: PEFT on the full-precision start is another model), else ""."""
     if step_dir is None:
         return ""
     try:
@@ -249,10 +250,13 @@ def base_config_note(step_dir: Optional[Path]) -> str:
         base = json.loads((Path(step_dir) / ADAPTER_DIR / CONFIG_FILE).read_text())["base_model_name_or_path"]
     except (OSError, ValueError, KeyError, TypeError):
         return ""
-    if not layout.get("base_config"):
+    adapter, said = Path(step_dir) / ADAPTER_DIR, layout.get("base_config")
+    if not said and layout.get("base_quantization"):  # QLoRA that kept the start's RoPE: still another model
+        return (f"\n[longshort] adapter:    {adapter} was trained on {base} quantized "
+                f"({layout['base_quantization']}): evaluate or serve the merged {step_dir} itself")
+    if not said:
         return ""
-    adapter, scaling = Path(step_dir) / ADAPTER_DIR, _scaling_said(layout["base_config"])
-    method = not_representable_method(layout["base_config"])
+    scaling, method = _scaling_said(said), not_representable_method(said)
     if method:  # CLEX: transformers refuses the step's config.json, so no base loads with it
         return (f"\n[longshort] adapter:    {adapter} was trained with {method} RoPE, which transformers cannot run: "
                 f"evaluate the merged {step_dir} with longshort-eval --model longshort")
