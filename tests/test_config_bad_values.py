@@ -189,6 +189,9 @@ FAMILIES = {
         # Python does not know: LookupError; longshort-validate said OK to the first and the last
         ({"dataset": {"_component_": STDLIB, "min_bytes": "abc"}}, "dataset.min_bytes",
          r"='abc' is not accepted: expected an integer \(stdlib's min_bytes\)"),
+        # a negative smallest size: read as 0 (every file) without a word; longshort-validate and tune run said OK
+        ({"validation": {**VALIDATION, "dataset": {"_component_": STDLIB, "min_bytes": -1}}},
+         "validation.dataset.min_bytes", r"^validation.dataset.min_bytes=-1 is not accepted: expected an integer >= 0"),
         ({"dataset": {"_component_": LOCAL_TEXT, "path": "DATA", "suffixes": ".txt"}}, "dataset.suffixes",
          r"expected a list of strings"),
         ({"dataset": {"_component_": LOCAL_TEXT, "path": "DATA", "encoding": "nosuch"}}, "dataset.encoding",
@@ -274,7 +277,7 @@ FAMILIES = {
          r"^model.method=None is not accepted: expected a string \(rope_scaled's method\)$"),
         # corpus.stdlib's min_bytes: passed, and the run ended in "'>=' not supported ... 'NoneType'" once loaded
         ({"dataset": {"_component_": STDLIB, "min_bytes": None}}, "dataset.min_bytes",
-         r"^dataset.min_bytes=None is not accepted: expected an integer \(the smallest file kept"),
+         r"^dataset.min_bytes=None is not accepted: expected an integer >= 0 \(the smallest file kept"),
     ],
 }
 

@@ -85,9 +85,9 @@ def check_stdlib_arguments(include_tests: Any = True, split: Any = None, limit: 
     recipe's config check asks this before anything is built; a negative ``limit`` was a slice from the end, a null
     ``min_bytes`` a TypeError traceback once the run had loaded the model)."""
     at = f"{where}." if where else ""
-    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int):
-        raise ValueError(f"{at}min_bytes={min_bytes!r} is not accepted: expected an integer (the smallest file kept, "
-                         "in bytes; 0 keeps every file)")
+    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 0:  # -1 read as 0, unsaid
+        raise ValueError(f"{at}min_bytes={min_bytes!r} is not accepted: expected an integer >= 0 (the smallest file "
+                         "kept, in bytes; 0 keeps every file)")
     if include_tests not in (True, False, "only"):
         raise ValueError(f"{at}include_tests={include_tests!r}: accepted True, False or 'only'")
     if split not in (None, *SPLITS):
