@@ -33,6 +33,8 @@ FAMILIES = {
         ({"optimizer.lrr": 1e-3}, "optimizer.lrr", r"did you mean 'lr'"),
         ({"model.num_layer": 2}, "model.num_layer", r"did you mean 'num_layers'"),
         ({"dataset.limt": 3}, "dataset.limt", r"did you mean 'limit'"),
+        # torchtune's DiskLogger takes **kwargs and drops them: the typo was ignored without a word
+        ({"metric_logger.filname": "log.txt"}, "metric_logger.filname", r"did you mean 'filename'"),
     ],
     "integers": [
         ({"save_every_n_steps": 0}, "save_every_n_steps", r"integer >= 1"),
@@ -60,6 +62,9 @@ FAMILIES = {
         ({"optimizer.weight_decay": -1}, "optimizer.weight_decay", r"^optimizer.weight_decay=-1 is not accepted: "),
         # a value of another kind: torch's TypeError / IndexError as a traceback, exit 1
         ({"optimizer.weight_decay": "abc"}, "optimizer.weight_decay", r"^optimizer.weight_decay='abc' is not acc"),
+        # torch reads True as 1: weight_decay=true trained with a decay of 1.0, and longshort-validate said OK
+        ({"optimizer.weight_decay": True}, "optimizer.weight_decay",
+         r"^optimizer.weight_decay=True is not accepted: expected a number >= 0"),
         # it named torch's "list index out of range"
         ({"optimizer.betas": [0.9]}, "optimizer.betas", r"^optimizer.betas=\[0.9\] is not accepted: expected a pair"),
         # torch reads a switch's truthiness: fused='abc' passed and trained with fused AdamW
@@ -155,6 +160,10 @@ FAMILIES = {
          "checkpointer.checkpoint_files", r"'model-00004-of-00004.safetensors'\] is not what the recipe loads"),
         ({"checkpointer.checkpoint_files": {"filename_format": "model.safetensors"}}, "checkpointer.checkpoint_files",
          r"is not accepted \(Must pass 'filename_format' and 'max_filename'.*as torchtune takes them"),
+        # from random weights: checked only with a start folder, so the files were ignored without a word
+        ({"checkpoint_dir": None, "model": SCRATCH, "checkpointer.checkpoint_files": ["model.safetensors"]},
+         "checkpointer.checkpoint_files", r"^checkpointer.checkpoint_files=\['model.safetensors'\] names weight "
+         r"files, but checkpointer.checkpoint_dir is null: .*or checkpointer.checkpoint_files: null$"),
         ({"checkpointer.recipe_checkpoint": "state.pt"}, "checkpointer.recipe_checkpoint",
          r"not read by this recipe.*resume=True"),
         # QLoRA on weights NF4 cannot quantize (the tiny folder's 64 x 64 projections): refused when the model was

@@ -170,6 +170,8 @@ class ComponentSection(Section):
     # The component a node without a `_component_` key stands for (torchtune's recipes fill in the profiler's), or
     # None: refused as missing.
     DEFAULT_COMPONENT: ClassVar[Optional[str]] = None
+    # Components (module.qualname) whose **kwargs are dropped, not read: a key they do not name is refused as unknown.
+    DROPS_KWARGS: ClassVar[Tuple[str, ...]] = ()
 
     def node(self):
         """The node to build with torchtune's ``config.instantiate``."""
@@ -269,6 +271,9 @@ def build_section(cls: type, node: Any, where: str = "", local: bool = True) -> 
         if node.get("_component_") is None:
             raise ConfigKeyError(f"{where}._component_ is missing: the dotted path of what builds {where}")
         signature, open_ended = _component_params(str(node["_component_"]), where)
+        target = resolve_component(f"{where}._component_", node["_component_"])
+        named = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
+        open_ended = open_ended and named not in cls.DROPS_KWARGS
         known |= set(signature) - set(cls.PASSED_BY_RECIPE)
     unknown = [k for k in node if k not in known]
     if unknown and not open_ended:

@@ -262,6 +262,11 @@ class CheckpointerConfig(ComponentSection):
                              "safetensors shards (the files transformers, lm-eval and torchtune's checkpointer read); "
                              f"set {where}.safe_serialization: True or drop it")
         if self.checkpoint_dir is None:
+            files = self.args.get("checkpoint_files")
+            if files is not None and files != []:  # random weights: the files were never read, without a word
+                raise ValueError(f"{where}.checkpoint_files={files!r} names weight files, but {where}.checkpoint_dir "
+                                 "is null: the run starts from random weights (the model node's dimensions); set "
+                                 f"checkpoint_dir to the folder that holds them, or {where}.checkpoint_files: null")
             return
         if not Path(self.checkpoint_dir).exists():
             raise FileNotFoundError(f"{where}.checkpoint_dir={self.checkpoint_dir!r} does not exist")
@@ -312,6 +317,9 @@ class OptimizerConfig(ComponentSection):
         for key in OPTIMIZER_FLAGS:  # torch reads their truthiness: fused='abc' trained with fused AdamW
             if self.args.get(key) is not None:
                 boolean(f"{where}.{key}", self.args[key])
+        for key in ("eps", "weight_decay", "momentum"):  # torch reads True as 1: weight_decay=true trained with 1.0
+            if isinstance(self.args.get(key), bool) and str(self.component).startswith("torch.optim."):
+                raise refuse(f"{where}.{key}", self.args[key], TORCH_OPTIMIZER_ACCEPTS[key])
         try:
             build([torch.nn.Parameter(torch.zeros(1))], **self.args)
         except (ValueError, TypeError, IndexError) as e:  # torch's own argument checks, and what a value of another
@@ -372,6 +380,9 @@ LOGGER_PACKAGES = {"WandBLogger": "wandb", "TensorBoardLogger": "tensorboard", "
 class MetricLoggerConfig(ComponentSection):
     """``metric_logger``: a torchtune metric logger (the recipe also writes ``output_dir/metrics.jsonl``)."""
 
+    # they take **kwargs and drop them: metric_logger.filname=x was ignored without a word
+    DROPS_KWARGS: ClassVar[Tuple[str, ...]] = tuple(f"torchtune.training.metric_logging.{n}Logger" for n in ("Disk",
+                                                                                                            "Stdout"))
     log_dir: Optional[str] = setting(FROM_COMPONENT, doc="folder of the logger's own files", check=text)
 
     def check(self, where: str) -> None:
