@@ -188,3 +188,56 @@ def test_dtype_takes_what_lm_evals_hf_takes(tiny_llama2_dir, sp_tokenizer_dir):
     assert next(lm.model.parameters()).dtype == torch.bfloat16
     written = yaml.safe_load((tiny_llama2_dir / "config.json").read_text())
     assert _lm(tiny_llama2_dir, sp_tokenizer_dir, dtype="auto").args.dtype == config_dtype(written)
+
+
+def test_lengths_past_an_explicit_max_length_are_refused_or_named_before_lm_eval_starts(
+        tiny_llama2_dir, sp_tokenizer_dir, caplog):
+    """``--model_args ...,max_length=512`` with ``longshort_passkey`` at its default 2k..32k ran the whole evaluation,
+    then scored every metric NaN (exit 0): refused first when every length is past the limit, one warning line when
+    some are; without an explicit max_length nothing is said (extrapolating is the point); LongBench-E sweeps none."""
+    import json
+    import logging
+
+    from torchtune_longshort.eval.cli_run import check_arguments
+
+    base = ["run", "--model", "longshort", "--device", "cpu", "--model_args"]
+    margs = f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir}"
+    with pytest.raises(ValueError, match=r"^--model longshort runs at most 512 tokens \(max_length=512\), and every "
+                                         r"length of the run is longer: longshort_passkey at 2k, 4k, 8k, 16k, 32k "):
+        check_arguments(base + [margs + ",max_length=512,allow_extrapolation=true", "--tasks", "longshort_passkey"])
+    with pytest.raises(ValueError, match=r"^--model longshort runs at most 256 tokens \(max_length=512, 256 tokens "
+                                         r"without allow_extrapolation=true\)"):  # the tiny model's positions
+        check_arguments(base + [margs + ",max_length=512", "--tasks", "longshort_passkey"])
+    hf = ["run", "--model", "hf", "--model_args", f"pretrained={tiny_llama2_dir},max_length=512"]
+    with pytest.raises(ValueError, match=r"^--model hf runs at most 512 tokens \(max_length=512\), and every length"):
+        check_arguments(hf + ["--tasks", "longshort_ppl", "--metadata", "ppl_max_seq_lengths=1k"])
+    caplog.set_level(logging.WARNING)
+    check_arguments(base + [margs, "--tasks", "longshort_passkey"])  # no max_length: the model's own word
+    check_arguments(base + [margs + ",max_length=512", "--tasks", "longshort_longbench_e"])
+    assert "runs at most" not in caplog.text
+    check_arguments(base + [margs + ",max_length=1k,allow_extrapolation=true", "--tasks",
+                            "longshort_passkey,longshort_ppl,longshort_babilong", "--metadata",
+                            json.dumps({"max_seq_lengths": "0k,1k,2k", "ppl_max_seq_lengths": "512",
+                                        "passkey_max_seq_lengths": "1k,4k"})])
+    assert caplog.text.count("runs at most") == 1
+    assert ("--model longshort runs at most 1024 tokens (max_length=1k): longshort_passkey at 4k; longshort_babilong "
+            "at 2k will score NaN (longer); the other lengths run") in caplog.text
+
+
+def test_log_samples_without_output_path_is_refused_in_lm_evals_words_before_it_starts(tiny_llama2_dir, tmp_path):
+    """lm-eval's own rules between options (its ``EvaluatorConfig._validate_arguments``) refused the run only after
+    its start-up (10-20 s) and another line: now first, with its message, the ``--config`` YAML's keys merged."""
+    from torchtune_longshort.eval.cli_run import check_arguments, lm_eval_argv
+
+    argv = ["run", "--model", "hf", "--model_args", f"pretrained={tiny_llama2_dir}", "--tasks", "arc_easy"]
+    for flag in ("--log_samples", "--predict_only"):
+        with pytest.raises(ValueError, match=r"^Specify --output_path if providing --log_samples or --predict_only$"):
+            check_arguments(argv + [flag])
+        check_arguments(argv + [flag, "--output_path", str(tmp_path)])
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"log_samples": True}))
+    with pytest.raises(ValueError, match=r"^Specify --output_path"):
+        check_arguments(lm_eval_argv(argv + ["--config", str(cfg)]))
+    with pytest.raises(ValueError, match=r"^When `fewshot_as_multiturn` is True, `apply_chat_template` must be set"):
+        check_arguments(argv + ["--fewshot_as_multiturn"])
+    check_arguments(argv + ["--fewshot_as_multiturn", "false"])

@@ -337,3 +337,26 @@ def check_verbosity(value: Optional[str]) -> None:
     except (ValueError, TypeError):
         raise ValueError(f"--verbosity {value} is no logging level: give DEBUG, INFO, WARNING, ERROR or CRITICAL "
                          "(lm-eval would find it so only after every task had run, saving no results)") from None
+
+
+def check_option_pairs(out: Sequence[str]) -> None:
+    """lm-eval's own rules between options (``EvaluatorConfig._validate_arguments``: ``--log_samples`` or
+    ``--predict_only`` need ``--output_path``; ``--fewshot_as_multiturn`` true needs ``--apply_chat_template``), on
+    the command line and its ``--config`` YAML as lm-eval merges them, applied before the model loads: lm-eval
+    applied them only after its start-up (10-20 s) and another line. ``ValueError`` in lm-eval's words."""
+    # deferred: lm_eval (its evaluation config; the callers have imported it already)
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    config = option(out, "--config")
+    given = EvaluatorConfig.load_yaml_config(config) if config else {}
+    keys = ("log_samples", "predict_only", "output_path", "apply_chat_template", "fewshot_as_multiturn")
+    merged = {key: given.get(key) for key in keys}
+    for key in ("log_samples", "predict_only"):
+        merged[key] = bool(merged[key]) or f"--{key}" in out  # store_true flags (out: long names)
+    merged["output_path"] = option(out, "--output_path") or merged["output_path"]
+    merged["apply_chat_template"] = flag_given(out, "--apply_chat_template") or bool(merged["apply_chat_template"])
+    if any(a == "--fewshot_as_multiturn" or a.startswith("--fewshot_as_multiturn=") for a in out):
+        value = option(out, "--fewshot_as_multiturn")  # bare (or before another option): lm-eval's const True
+        merged["fewshot_as_multiturn"] = value is None or value.startswith("-") or \
+            value.lower() in ("true", "1", "yes")
+    EvaluatorConfig(tasks="-", **merged)._validate_arguments()

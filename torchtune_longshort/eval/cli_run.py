@@ -17,11 +17,12 @@ from torchtune_longshort._quiet import quiet_upstream
 from torchtune_longshort.config.values import check_creatable
 from torchtune_longshort.devices import default_device, require_device
 from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, check_batch_size, check_max_batch_size,
-                                               check_option_values, check_verbosity, flag_given,
+                                               check_option_pairs, check_option_values, check_verbosity, flag_given,
                                                hf_auto_schedule_floored, home_expanded, option)
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options, device_given_as
 from torchtune_longshort.eval.console_log import follow_lm_eval_logging
+from torchtune_longshort.eval.length_fit import check_lengths_fit
 from torchtune_longshort.eval.model_args_argv import (json_fix, model_args_item, model_args_value,
                                                      renamed_model_args_key, without_model_args_key)
 from torchtune_longshort.eval.model.args import batch_sizes, check_model_fits, parse_model_args
@@ -169,9 +170,11 @@ def check_arguments(out: List[str]) -> None:
       ``max_seq_lengths``: lm-eval passes it on, and the tasks ran at their default lengths);
     - ``--gen_kwargs temperature=abc`` (a value lm-eval cannot read), and with ``--model longshort``
       ``do_sample=true`` (or a temperature without it, or beams...), when a task of the run may generate
-      (:func:`_check_gen_kwargs`)."""
+      (:func:`_check_gen_kwargs`); lm-eval's rules between options (:func:`check_option_pairs`); lengths past an
+      explicit max_length (:func:`~.length_fit.check_lengths_fit`)."""
     if asks_help(out) or out[0] in _SUBCOMMANDS[1:]:
         return
+    check_option_pairs(out)
     check_output_room(option(out, "--output_path"))
     # deferred: lm_eval (its CLI parses these options; the callers have imported it already)
     from lm_eval._cli.utils import MergeDictAction
@@ -204,7 +207,7 @@ def check_arguments(out: List[str]) -> None:
             check_haystack_fills({**(given.model_args or {}), **(given.metadata or {})})
         except TaskDataError as e:
             raise ValueError(f"--metadata {e}") from None
-    model = option(out, "--model") or "hf"
+    model, run_limit = option(out, "--model") or "hf", None
     _check_gen_kwargs(given.gen_kwargs or {}, model, task_names(out))
     if model == "longshort":
         passed = {key: option(out, f"--{key}") for key in ("device", "batch_size", "max_batch_size")}
@@ -212,6 +215,7 @@ def check_arguments(out: List[str]) -> None:
             passed["trust_remote_code"] = True
         args = parse_model_args(**{**(given.model_args or {}), **{k: v for k, v in passed.items() if v is not None}})
         check_model_fits(args)  # a length whose RoPE tables no memory holds (meta build: nothing allocated)
+        run_limit = args.run_limit
         _check_use_cache(out, model, args)
         if flag_given(out, "--apply_chat_template"):
             chat = template_tokenizer(args.tokenizer.path)
@@ -234,6 +238,7 @@ def check_arguments(out: List[str]) -> None:
     if model != "longshort":  # longshort refuses what it does not take itself
         check_other_model_args(given.model_args or {}, model)
         _check_use_cache(out, model, None)
+    check_lengths_fit(given.metadata or {}, task_names(out), model, given.model_args or {}, run_limit)
 
 
 def _check_gen_kwargs(gen_kwargs: Dict[str, Any], model: str, tasks: List[str]) -> None:
