@@ -20,6 +20,7 @@ SCRATCH = {"_component_": "torchtune_longshort.models.hf_decoder", "family": "ll
 STDLIB_TOKENIZER = "torchtune_longshort.training.bootstrap.stdlib_sentencepiece_tokenizer"
 TEXT_COMPLETION = "torchtune.datasets.text_completion_dataset"
 STDLIB, LOCAL_TEXT = "torchtune_longshort.data.corpus.stdlib", "torchtune_longshort.data.corpus.local_text"
+CKPT_TOKENIZER = "torchtune_longshort.models.checkpoint_tokenizer"  # takes **_ and drops them
 
 # family -> [(overrides, field named in the message, a pattern of the message)]
 FAMILIES = {
@@ -115,7 +116,7 @@ FAMILIES = {
          r"cannot be created"),  # its parent is a file
         # checkpoint_tokenizer on a file (or folder) that holds no tokenizer: refused only at setup, after the seed
         # line, naming no key; longshort-validate said OK
-        ({"tokenizer._component_": "torchtune_longshort.models.checkpoint_tokenizer", "tokenizer.path": "DATA"},
+        ({"tokenizer._component_": CKPT_TOKENIZER, "tokenizer.path": "DATA"},
          "tokenizer.path", r"^tokenizer.path=.*d.jsonl': tokenizer .* is neither a SentencePiece model"),
         ({"model": ROPE_NODE}, "model.method", r"not a RoPE method \(did you mean 'yarn'\?\)"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "num_kv_heads": 3}}, "num_kv_heads",
@@ -126,6 +127,9 @@ FAMILIES = {
         ({"checkpoint_dir": None, "model": {**SCRATCH, "embed_dim": 36}}, "embed_dim", r"head size 9, odd"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "num_layers": 0}}, "num_layers", r"num_layers=0 .*>= 1"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "norm_eps": -1.0}}, "norm_eps", r"norm_eps=-1.0 .* > 0"),
+        # '' is the working directory: the folder's "checkpoint_dir='.' has no config.json" after seeding; its files
+        ({"model.checkpoint_dir": ""}, "model.checkpoint_dir", r"^model.checkpoint_dir='' .*non-empty string or null"),
+        ({"dataset": {"_component_": LOCAL_TEXT, "path": ""}}, "dataset.path", r"^dataset.path='' .*non-empty string"),
         # 0 positions: refused as "seq_len=64 is above the range of the model's RoPE ... Lower seq_len"; a negative
         # original_max_seq_len as a RoPE factor < 1
         ({"checkpoint_dir": None, "model": {**SCRATCH, "max_seq_len": 0}}, "model.max_seq_len",

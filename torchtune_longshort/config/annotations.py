@@ -80,7 +80,8 @@ def check_annotated_args(target: Any, args: Mapping[str, Any], where: str) -> No
     """Refuse an argument in ``args`` (a component node's keys, at config path ``where``) that ``target``'s
     annotation for it does not accept, when ``target`` is this package's own; a null value is left to the
     component's default handling, where it has a default (torchtune hands it None: ``model.method: null`` passed,
-    and rope_scaled refused it once the run had loaded the model)."""
+    and rope_scaled refused it once the run had loaded the model). An empty string is refused wherever a string is
+    accepted: no parameter of this package's takes one (a path, a name, a split, a field)."""
     if not str(getattr(target, "__module__", "")).startswith(PACKAGE):
         return
     try:
@@ -90,6 +91,12 @@ def check_annotated_args(target: Any, args: Mapping[str, Any], where: str) -> No
         return
     for name, value in args.items():
         hint = hints.get(name)
+        if value == "" and name in params and hint is not None and accepts(hint, value):
+            # none of this package's parameters takes an empty string; as a path it is the working directory
+            # (model.model.checkpoint_dir='' passed here and failed after seeding as "checkpoint_dir='.' has no
+            # config.json"; dataset.path='' read the working directory's files)
+            raise refuse(f"{where}.{name}", value, f"{expected(hint).replace('a string', 'a non-empty string', 1)} "
+                         f"({target.__name__}'s {name})")
         if name not in params or hint is None or accepts(hint, value):
             continue
         if value is None and params[name].default is not inspect.Parameter.empty:
