@@ -36,6 +36,7 @@ FAMILIES = {
         ({"dataset.limt": 3}, "dataset.limt", r"did you mean 'limit'"),
         # torchtune's DiskLogger takes **kwargs and drops them: the typo was ignored without a word
         ({"metric_logger.filname": "log.txt"}, "metric_logger.filname", r"did you mean 'filename'"),
+        ({"tokenizer._component_": CKPT_TOKENIZER, "tokenizer.pathh": "x"}, "tokenizer.pathh", r"did you mean 'path'"),
     ],
     "integers": [
         ({"save_every_n_steps": 0}, "save_every_n_steps", r"integer >= 1"),

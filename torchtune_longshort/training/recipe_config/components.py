@@ -51,6 +51,8 @@ class TokenizerConfig(ComponentSection):
     """``tokenizer``: a torchtune tokenizer component (or ``torchtune_longshort.models.checkpoint_tokenizer``)."""
 
     LOCAL_CHECKS = True
+    # it takes **_ and drops them: tokenizer.pathh=x (or a key of another tokenizer's) was ignored without a word
+    DROPS_KWARGS: ClassVar[Tuple[str, ...]] = (f"{checkpoint_tokenizer.__module__}.checkpoint_tokenizer",)
 
     path: Optional[str] = setting(FROM_COMPONENT, doc="tokenizer file or folder", check=text)
     max_seq_len: Optional[int] = setting(None, doc="must be null: the windows are seq_len tokens of whole documents",
