@@ -19,8 +19,8 @@ SCRATCH = {"_component_": "torchtune_longshort.models.hf_decoder", "family": "ll
            "num_heads": 4, "num_kv_heads": 2, "embed_dim": 64, "max_seq_len": 256}
 STDLIB_TOKENIZER = "torchtune_longshort.training.bootstrap.stdlib_sentencepiece_tokenizer"
 TEXT_COMPLETION = "torchtune.datasets.text_completion_dataset"
-STDLIB, LOCAL_TEXT = "torchtune_longshort.data.corpus.stdlib", "torchtune_longshort.data.corpus.local_text"
 CKPT_TOKENIZER = "torchtune_longshort.models.checkpoint_tokenizer"  # takes **_ and drops them
+STDLIB, LOCAL_TEXT = "torchtune_longshort.data.corpus.stdlib", "torchtune_longshort.data.corpus.local_text"
 
 # family -> [(overrides, field named in the message, a pattern of the message)]
 FAMILIES = {
@@ -128,11 +128,11 @@ FAMILIES = {
         ({"checkpoint_dir": None, "model": {**SCRATCH, "embed_dim": 36}}, "embed_dim", r"head size 9, odd"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "num_layers": 0}}, "num_layers", r"num_layers=0 .*>= 1"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "norm_eps": -1.0}}, "norm_eps", r"norm_eps=-1.0 .* > 0"),
-        # '' is the working directory: the folder's "checkpoint_dir='.' has no config.json" after seeding; its files
+        # '' is the working directory ("checkpoint_dir='.' has no config.json" after seeding); norm_eps >= 1 no epsilon
         ({"model.checkpoint_dir": ""}, "model.checkpoint_dir", r"^model.checkpoint_dir='' .*non-empty string or null"),
         ({"dataset": {"_component_": LOCAL_TEXT, "path": ""}}, "dataset.path", r"^dataset.path='' .*non-empty string"),
-        # 0 positions: refused as "seq_len=64 is above the range of the model's RoPE ... Lower seq_len"; a negative
-        # original_max_seq_len as a RoPE factor < 1
+        ({"checkpoint_dir": None, "model": {**SCRATCH, "norm_eps": 3}}, "norm_eps", r"norm_eps=3 .* > 0 and < 1 \(an"),
+        # 0 positions: refused as "seq_len=64 is above the range of the model's RoPE"; a negative start as a factor < 1
         ({"checkpoint_dir": None, "model": {**SCRATCH, "max_seq_len": 0}}, "model.max_seq_len",
          r"^model.max_seq_len=0 is not accepted: expected a number of positions >= 1, or null$"),
         ({"model": {**ROPE_NODE, "method": "yarn", "original_max_seq_len": -1, "model": {

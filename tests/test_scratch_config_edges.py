@@ -17,8 +17,12 @@ def test_a_zero_norm_eps_is_refused():
     """RMSNorm divides by sqrt(mean(x^2) + eps): an all-zero row at eps 0 is 0 / 0, NaN."""
     with pytest.raises(ZeroDivisionError):
         0.0 / math.sqrt(0.0 + 0.0)
-    with pytest.raises(ValueError, match=r"^norm_eps=0\.0 is not accepted: expected a finite number > 0$"):
+    with pytest.raises(ValueError, match=r"^norm_eps=0\.0 is not accepted: expected a finite number > 0 and < 1 "):
         llama_config({**DIMS, "norm_eps": 0.0}, tied=False)
+    # at 3 a unit-scale row comes out at 1 / sqrt(1 + 3) = 0.5: no longer normalized (torch's own RMSNorm)
+    assert abs(float(__import__("torch").nn.RMSNorm(4, eps=3.0)(__import__("torch").ones(4))[0]) - 0.5) < 1e-6
+    with pytest.raises(ValueError, match=r"^norm_eps=3 is not accepted: .* < 1 \(an epsilon: 1e-05 for Llama-2\)$"):
+        llama_config({**DIMS, "norm_eps": 3}, tied=False)
 
 
 @pytest.mark.parametrize("base", [1.0, float("inf")])

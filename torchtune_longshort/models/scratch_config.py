@@ -72,10 +72,13 @@ def llama_config(dims: Dict[str, Any], tied: bool) -> Dict[str, Any]:
     kw.setdefault("intermediate_dim", scale_hidden_dim_for_mlp(kw["embed_dim"]))
     kw.setdefault("norm_eps", 1e-5)
     kw.setdefault("rope_base", 10_000.0)
-    for key, low in (("norm_eps", 0.0), ("rope_base", 1.0)):
+    # norm_eps is RMSNorm's guard in x / sqrt(mean(x^2) + eps): at 1 or more it outweighs the mean square of unit-scale
+    # activations and the layer no longer normalizes (norm_eps=3 trained without a word); models use 1e-5 or 1e-6
+    for key, low, high in (("norm_eps", 0.0, 1.0), ("rope_base", 1.0, math.inf)):
         v = kw[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= low:
-            raise ValueError(f"{key}={v!r} is not accepted: expected a finite number > {low:g}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not low < v < high:
+            raise ValueError(f"{key}={v!r} is not accepted: expected a finite number > {low:g}"
+                             + (f" and < {high:g} (an epsilon: 1e-05 for Llama-2)" if high < math.inf else ""))
     cfg = {hf: kw[tt] for tt, hf in _LLAMA_KEYS.items()}
     cfg.update(
         architectures=["LlamaForCausalLM"],
