@@ -72,6 +72,21 @@ def test_gen_kwargs_do_sample_is_refused_before_lm_eval_starts(tiny_llama2_dir, 
             with pytest.raises(ValueError, match=rf"^--gen_kwargs {bad}: lm-eval reads {key} as "):
                 check_arguments(run[:-1] + [bad])
         check_arguments([a if a != "longshort_passkey" else "longshort_ppl" for a in argv[:-1] + [bad]])
+    check_arguments(hf[:-1] + ["do_sample=True,temperature=0.7"])  # hf's generate samples as asked: not refused
+    from torchtune_longshort.eval.model.generation import NUMERIC_KWARGS, unreadable_value
+
+    # each key lm-eval converts, and values a --config YAML gives (null, a quoted number, a list), alone and beside
+    # another token-count alias (lm-eval converts the first not null): refused exactly where lm-eval's
+    # normalize_gen_kwargs raises (max_gen_toks: null, its default, was refused)
+    cases = [{key: value} for key in NUMERIC_KWARGS for value in ("lots", None, "0.5" if key == "temperature" else "8",
+                                                                  [1])]
+    for given in cases + [{"max_gen_toks": 8, "max_tokens": "lots"}, {"max_gen_toks": None, "max_tokens": "lots"}]:
+        try:
+            normalize_gen_kwargs(given, 8)
+            lm_eval_reads = True
+        except (TypeError, ValueError):
+            lm_eval_reads = False
+        assert (unreadable_value(given) == "") == lm_eval_reads, given
     assert generates("longshort_babilong_qa1") and generates("arc_easy") and not generates("longshort_misalignment")
 
 

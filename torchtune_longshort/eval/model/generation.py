@@ -73,9 +73,12 @@ NUMERIC_KWARGS = {"temperature": (float, "a number, e.g. temperature=0"),
 
 def unreadable_value(gen_kwargs: Dict[str, Any]) -> str:
     """Why lm-eval cannot read ``gen_kwargs`` (parsed as lm-eval parses ``--gen_kwargs``; ``""``: it can): the first
-    key of :data:`NUMERIC_KWARGS` whose value its conversion refuses, with what the key takes."""
+    key of :data:`NUMERIC_KWARGS` whose value its conversion refuses, with what the key takes. Of the token-count
+    aliases lm-eval converts only the first not None (their order here is its priority): a null one is its default."""
+    given = gen_kwargs or {}
+    tokens = next((k for k, (kind, _) in NUMERIC_KWARGS.items() if kind is int and given.get(k) is not None), None)
     for key, (kind, takes) in NUMERIC_KWARGS.items():
-        if key in (gen_kwargs or {}):
+        if key in given and (kind is float or key == tokens):
             try:
                 kind(gen_kwargs[key])
             except (TypeError, ValueError):
