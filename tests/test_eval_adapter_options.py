@@ -237,6 +237,16 @@ def test_lengths_past_an_explicit_max_length_are_refused_or_named_before_lm_eval
     assert caplog.text.count("runs at most") == 1
     assert ("--model longshort runs at most 1024 tokens (max_length=1k): longshort_passkey at 4k; longshort_babilong "
             "at 2k will score NaN (longer); the other lengths run") in caplog.text
+    from torchtune_longshort.eval.length_fit import check_lengths_fit
+
+    hf_args = {"pretrained": str(tiny_llama2_dir)}  # config.json: 256 positions, lm-eval's max_length= raises them
+    assert check_lengths_fit({}, ["longshort_passkey"], "hf", hf_args) == ""  # not explicit: nothing said here
+    hf_args["max_length"] = 1024  # one task wholly past, another within: a warning, the run goes on
+    assert check_lengths_fit({"passkey_max_seq_lengths": "4k", "ppl_max_seq_lengths": "1k"},
+                             ["longshort_passkey", "longshort_ppl"], "hf", hf_args).startswith(
+        "--model hf runs at most 1024 tokens (max_length=1024): longshort_passkey at 4k will score NaN")
+    with pytest.raises(ValueError, match=r"every length of the run is longer: longshort_babilong_qa1 at 2k would"):
+        check_lengths_fit({"max_seq_lengths": "2k"}, ["longshort_babilong_qa1"], "hf", hf_args)  # a member
 
 
 def test_log_samples_without_output_path_is_refused_in_lm_evals_words_before_it_starts(tiny_llama2_dir, tmp_path):
@@ -256,3 +266,10 @@ def test_log_samples_without_output_path_is_refused_in_lm_evals_words_before_it_
     with pytest.raises(ValueError, match=r"^When `fewshot_as_multiturn` is True, `apply_chat_template` must be set"):
         check_arguments(argv + ["--fewshot_as_multiturn"])
     check_arguments(argv + ["--fewshot_as_multiturn", "false"])
+    from torchtune_longshort.eval.cli_argv import check_option_pairs
+
+    cfg.write_text(yaml.safe_dump({"apply_chat_template": True}))  # the YAML's key counts, as lm-eval merges it
+    check_option_pairs(["run", "--fewshot_as_multiturn", "--config", str(cfg)])
+    for on in (["--fewshot_as_multiturn", "--tasks", "x"], ["--fewshot_as_multiturn=yes"]):  # bare, then another
+        with pytest.raises(ValueError, match=r"^When `fewshot_as_multiturn` is True"):  # option; lm-eval's 'yes'
+            check_option_pairs(["run"] + on)
