@@ -94,3 +94,17 @@ def test_a_moved_start_and_tokenizer_resume_and_other_content_is_refused_naming_
             rf"tokenizer\.path: '{a}/tok' -> '{b}/tok' \(its tokenizer files are not the copies in step_1, which the "
             rf"run trained with; to resume, put the run's tokenizer back at '{a}/tok'\)")):
         resume_changes(run, _with(saved, b / "start", b / "tok"))
+
+
+def test_each_folder_moved_is_one_line_and_the_other_changes_pass_on():
+    """Two folders moved (the start's and the tokenizer's, apart): one line each, its keys sorted, and a change that
+    is no move (max_steps) left for the per-key line. The reference: the folders written out by hand."""
+    from torchtune_longshort.training.moved_sources import Moved, moved_folders
+
+    plain = ("max_steps", 2, 4)
+    moves, rest = moved_folders([Moved("tokenizer.path", "/a/tok", "/c/tok"), plain,
+                                 Moved("checkpointer.checkpoint_dir", "/x/a/start", "/y/start"),
+                                 Moved("checkpoint_dir", "/x/a/start", "/y/start")])
+    assert moves == ["'/a' moved to '/c': tokenizer.path",
+                     "'/x/a' moved to '/y': checkpoint_dir, checkpointer.checkpoint_dir"], moves
+    assert rest == [plain]
