@@ -337,7 +337,7 @@ def test_an_adapter_of_a_run_that_changed_the_rope_says_how_its_base_loads(famil
                        base_model=str(folder.path), rope_spec=spec, quantized_base="nf4")
     note = base_config_note(qlora)
     assert "(nf4)" in note and note.endswith(f"evaluate or serve the merged {qlora} itself")
-    assert "PeftModel" not in note
+    assert "PeftModel" not in note and f"and with the RoPE of {qlora / 'config.json'} (" in note  # the RoPE too
     write_peft_adapter(tmp_path / "qlora_kept" / ADAPTER_DIR, sd, folder.config, alpha=ALPHA, trainable=trainable,
                        base_model=str(folder.path), quantized_base="nf4")  # the start's RoPE kept: still said
     assert base_config_note(tmp_path / "qlora_kept").endswith(
