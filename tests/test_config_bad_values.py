@@ -67,6 +67,7 @@ FAMILIES = {
         # torch reads True as 1: weight_decay=true trained with a decay of 1.0, and longshort-validate said OK
         ({"optimizer.weight_decay": True}, "optimizer.weight_decay",
          r"^optimizer.weight_decay=True is not accepted: expected a number >= 0"),
+        ({"optimizer.eps": True}, "optimizer.eps", r"^optimizer.eps=True is not accepted: expected a number >= 0"),
         # it named torch's "list index out of range"
         ({"optimizer.betas": [0.9]}, "optimizer.betas", r"^optimizer.betas=\[0.9\] is not accepted: expected a pair"),
         # torch reads a switch's truthiness: fused='abc' passed and trained with fused AdamW
