@@ -6,11 +6,13 @@ torch accepts of it. The reference: torch.optim's own checks, which refuse each 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from torchtune_longshort.config.fields import build_section
-from torchtune_longshort.training.recipe_config.components import OptimizerConfig
+from torchtune_longshort.training.recipe_config.optimizer import OptimizerConfig
 
 NUMBER, PAIR = "a number >= 0", "a pair [beta1, beta2], each in [0, 1)"
 # (optimizer, key, refused values, a value at the bound torch takes, the accepted words)
@@ -70,3 +72,24 @@ def _one_refusal(name, key, value):
     with pytest.raises(ValueError) as e:
         _check(name, **{key: value})
     return e.value
+
+
+@pytest.mark.parametrize("name,args", [("AdamW", {}), ("NAdam", {"decoupled_weight_decay": True})])
+def test_a_decoupled_decay_that_zeroes_or_flips_the_weights_is_refused(name, args):
+    """``optimizer.weight_decay=1e30`` trained 2 steps, then stopped on a NaN gradient whose advice named neither key.
+    The reference: torch's own step with a zero gradient, which multiplies the weight by 1 - lr * weight_decay."""
+    def stepped(decay):
+        w = torch.nn.Parameter(torch.ones(1))
+        opt = getattr(torch.optim, name)([w], lr=1e-3, weight_decay=decay, **args)
+        w.grad = torch.zeros(1)
+        opt.step()
+        return w.item()
+
+    for decay in (1000.0, 1e30):
+        assert stepped(decay) <= 0  # every weight zeroed or flipped
+        said = rf"^optimizer.weight_decay={re.escape(repr(decay))} with optimizer.lr=0.001 is not accepted: "
+        with pytest.raises(ValueError, match=said + r".* 1 - lr \* weight_decay .* expected weight_decay < 1 / lr"):
+            _check(name, weight_decay=decay, **args)
+    assert stepped(999.0) > 0
+    _check(name, weight_decay=999.0, **args)
+    _check("SGD", weight_decay=1e30)  # L2 decay through the gradient: not refused

@@ -8,7 +8,7 @@ role:
   them (:meth:`ModelConfig.declared_positions`); a ``rope_scaled`` node's arguments, start, factor and values
   (:mod:`.rope_node`);
 * ``checkpointer``: the start checkpoint folder opens, and ``model_type`` converts its family;
-* ``optimizer``: built once on a stand-in parameter, so torch's own checks (lr, betas, weight decay) run now.
+* ``optimizer``: :mod:`.optimizer`'s.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, List, Mapping, Optional, Tuple
-
-import torch
 
 from torchtune_longshort.data.tokenizer_training import check_new_tokenizer_path
 from torchtune_longshort.models.families import check_torchtune_model_type
@@ -32,7 +30,7 @@ from torchtune_longshort.models.tokenizer_formats import checkpoint_tokenizer, f
 from torchtune_longshort.rope import ROPE_METHODS, check_rope_method, has_learned_parameters
 from torchtune_longshort.training.recipe_config.rope_node import HF_DECODER, ROPE_SCALED, check_rope_node
 from torchtune_longshort.config.fields import FROM_COMPONENT, ComponentSection, build_section, setting
-from torchtune_longshort.config.values import boolean, integer, number, refuse, resolve_component, text
+from torchtune_longshort.config.values import boolean, integer, resolve_component, text
 
 CHECKPOINT_TOKENIZER = "torchtune_longshort.models.checkpoint_tokenizer"
 
@@ -291,73 +289,6 @@ class CheckpointerConfig(ComponentSection):
         if isinstance(files, (list, tuple)) and sorted(Path(str(f)).name for f in files) != have:
             raise ValueError(f"{where}.checkpoint_files={list(files)!r} is not what the recipe loads: it reads every "
                              f"weight file of checkpoint_dir's index ({', '.join(have)}); list exactly those, or null")
-
-
-# torch optimizers' switches (null: torch's default where it takes None, fused / foreach)
-OPTIMIZER_FLAGS = ("fused", "foreach", "capturable", "amsgrad", "maximize", "differentiable", "decoupled_weight_decay")
-# what torch.optim's optimizers accept of the arguments they check ('Invalid weight_decay value: -1', ...)
-TORCH_OPTIMIZER_ACCEPTS = {"eps": "a number >= 0", "weight_decay": "a number >= 0", "momentum": "a number >= 0",
-                           "betas": "a pair [beta1, beta2], each in [0, 1)"}
-
-
-@dataclass(frozen=True)
-class OptimizerConfig(ComponentSection):
-    """``optimizer``: a torch optimizer class, given the trainable parameters by the recipe."""
-
-    PASSED_BY_RECIPE: ClassVar[Tuple[str, ...]] = ("params",)
-    # its arguments may change on resume (applied to the loaded state); its class may not: the saved state is that
-    # class's (AdamW's into SGD failed at the first step, into Adam it silently kept AdamW's decoupled decay)
-    RESUME_EXACT: ClassVar[Tuple[str, ...]] = ("_component_",)
-    lr: float = setting(FROM_COMPONENT, doc="learning rate", check=number(0.0))
-
-    def check(self, where: str) -> None:
-        build = resolve_component(f"{where}._component_", self.component)
-        betas = self.args.get("betas")  # torch: "list index out of range" for [0.9]
-        if betas is not None and (not isinstance(betas, (list, tuple)) or len(betas) != 2):
-            raise ValueError(f"{where}.betas={betas!r} is not accepted: expected a pair [beta1, beta2] (e.g. [0.9, "
-                             "0.95]), each in [0, 1)")
-        for key in OPTIMIZER_FLAGS:  # torch reads their truthiness: fused='abc' trained with fused AdamW
-            if self.args.get(key) is not None:
-                boolean(f"{where}.{key}", self.args[key])
-        for key in ("eps", "weight_decay", "momentum"):  # torch reads True as 1: weight_decay=true trained with 1.0
-            if isinstance(self.args.get(key), bool) and str(self.component).startswith("torch.optim."):
-                raise refuse(f"{where}.{key}", self.args[key], TORCH_OPTIMIZER_ACCEPTS[key])
-        try:
-            build([torch.nn.Parameter(torch.zeros(1))], **self.args)
-        except (ValueError, TypeError, IndexError) as e:  # torch's own argument checks, and what a value of another
-            # kind makes them raise (weight_decay='abc', betas=[0.9]); device-dependent options are left to the build
-            raise ValueError(self._refusal(build, where, e)) from None
-
-    def _refusal(self, build: Any, where: str, error: Exception) -> str:
-        """torch's refusal of the arguments in one line naming the field: the argument without which the optimizer
-        builds, with what torch's optimizers accept of it (``optimizer.weight_decay=-1 is not accepted: expected a
-        number >= 0``; torch said 'Invalid weight_decay value: -1', and '\'<=\' not supported between instances of
-        \'float\' and \'str\'' of 'abc'), or the optimizer's own words; two or more refused at once: each refused
-        alone (beside lr and the flags), all named, when it builds without them; else torch's words after the
-        arguments."""
-        keys = [k for k in self.args if k not in OPTIMIZER_FLAGS and k != "lr"]  # the flags and lr: checked above
-
-        def refused(drop: Any) -> Any:  # torch's error building without the arguments ``drop``, None if it builds
-            try:
-                build([torch.nn.Parameter(torch.zeros(1))], **{k: v for k, v in self.args.items() if k not in drop})
-            except (ValueError, TypeError, IndexError) as e:
-                return e
-            return None
-
-        for key in keys:
-            if refused({key}) is None:
-                return self._named(where, key, error)
-        alone = {k: refused(set(keys) - {k}) for k in keys}
-        bad = [k for k, e in alone.items() if e is not None]
-        if bad and refused(set(bad)) is None:
-            return "; ".join(self._named(where, k, alone[k]) for k in bad)
-        return f"{where} ({', '.join(f'{k}={v!r}' for k, v in self.args.items())}): {error}"
-
-    def _named(self, where: str, key: str, error: Exception) -> str:
-        """``where.key``'s value refused: what torch.optim's optimizers accept of it, or the optimizer's words."""
-        if str(self.component).startswith("torch.optim.") and key in TORCH_OPTIMIZER_ACCEPTS:
-            return str(refuse(f"{where}.{key}", self.args[key], TORCH_OPTIMIZER_ACCEPTS[key]))
-        return f"{where}.{key}={self.args[key]!r} is not accepted by {self.component}: {error}"
 
 
 @dataclass(frozen=True)

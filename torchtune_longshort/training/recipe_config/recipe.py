@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from torchtune_longshort.training.recipe_config.components import (
-    CheckpointerConfig, MetricLoggerConfig, ModelConfig, OptimizerConfig, SchedulerConfig, TokenizerConfig,
+    CheckpointerConfig, MetricLoggerConfig, ModelConfig, SchedulerConfig, TokenizerConfig,
 )
 from torchtune_longshort.training.recipe_config.data import DataSourceConfig, ValidationConfig
 from torchtune_longshort.config.fields import ComponentSection, Section, setting
 from torchtune_longshort.devices import default_device
 from torchtune_longshort.training.recipe_config.loss import LossConfig
+from torchtune_longshort.training.recipe_config.optimizer import OptimizerConfig
 from torchtune_longshort.training.recipe_config.profiler import TRACE_FOLDER, ProfilerConfig
 from torchtune_longshort.config.values import (
     boolean, check_device, device_name, integer, number, one_of, refuse, text,
