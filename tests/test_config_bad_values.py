@@ -59,14 +59,12 @@ FAMILIES = {
         ({"clip_grad_norm": "abc"}, "clip_grad_norm", r"finite number > 0"),
         ({"clip_grad_norm": -1}, "clip_grad_norm", r"finite number > 0"),
         ({"equal_compute_overhead": 0.5}, "equal_compute_overhead", r">= 1"),
-        ({"loss.alpha": -0.1}, "loss.alpha", r">= 0"),
-        ({"optimizer.lr": -1}, "optimizer.lr", r">= 0"),
+        ({"loss.alpha": -0.1}, "loss.alpha", r">= 0"), ({"optimizer.lr": -1}, "optimizer.lr", r">= 0"),
         ({"optimizer.weight_decay": -1}, "optimizer.weight_decay", r"^optimizer.weight_decay=-1 is not accepted: "),
         # a value of another kind: torch's TypeError / IndexError as a traceback, exit 1
         ({"optimizer.weight_decay": "abc"}, "optimizer.weight_decay", r"^optimizer.weight_decay='abc' is not acc"),
         # torch reads True as 1: weight_decay=true trained with a decay of 1.0, and longshort-validate said OK
-        ({"optimizer.weight_decay": True}, "optimizer.weight_decay",
-         r"^optimizer.weight_decay=True is not accepted: expected a number >= 0"),
+        ({"optimizer.weight_decay": True}, "optimizer.weight_decay", r"^optimizer.weight_decay=True is not accepted: "),
         ({"optimizer.eps": True}, "optimizer.eps", r"^optimizer.eps=True is not accepted: expected a number >= 0"),
         # it named torch's "list index out of range"
         ({"optimizer.betas": [0.9]}, "optimizer.betas", r"^optimizer.betas=\[0.9\] is not accepted: expected a pair"),
@@ -132,6 +130,7 @@ FAMILIES = {
         # '' is the working directory ("checkpoint_dir='.' has no config.json" after seeding); norm_eps >= 1 no epsilon
         ({"model.checkpoint_dir": ""}, "model.checkpoint_dir", r"^model.checkpoint_dir='' .*non-empty string or null"),
         ({"dataset": {"_component_": LOCAL_TEXT, "path": ""}}, "dataset.path", r"^dataset.path='' .*non-empty string"),
+        ({"dataset": {"_component_": LOCAL_TEXT, "path": [""]}}, "dataset.path[0]", r"^dataset.path\[0\]='' is not"),
         ({"checkpoint_dir": None, "model": {**SCRATCH, "norm_eps": 3}}, "norm_eps", r"norm_eps=3 .* > 0 and < 1 \(an"),
         # 0 positions: refused as "seq_len=64 is above the range of the model's RoPE"; a negative start as a factor < 1
         ({"checkpoint_dir": None, "model": {**SCRATCH, "max_seq_len": 0}}, "model.max_seq_len",

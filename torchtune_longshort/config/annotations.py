@@ -97,6 +97,11 @@ def check_annotated_args(target: Any, args: Mapping[str, Any], where: str) -> No
             # config.json"; dataset.path='' read the working directory's files)
             raise refuse(f"{where}.{name}", value, f"{expected(hint).replace('a string', 'a non-empty string', 1)} "
                          f"({target.__name__}'s {name})")
+        empty = [i for i, v in enumerate(value) if v == ""] if isinstance(value, (list, tuple)) else []
+        if empty and name in params and hint is not None and accepts(hint, value) and not name.endswith("suffixes"):
+            # an empty path in a list is the working directory too (dataset.path=[''] read its files); an empty
+            # suffix is one (a file without a suffix)
+            raise refuse(f"{where}.{name}[{empty[0]}]", "", f"a non-empty string ({target.__name__}'s {name} item)")
         if name not in params or hint is None or accepts(hint, value):
             continue
         if value is None and params[name].default is not inspect.Parameter.empty:
