@@ -135,29 +135,31 @@ def test_validation_reads_no_file_or_document_that_training_reads():
     assert "tiny/longshort_stdlib.yaml" in checked and "tiny/lora_from_checkpoint.yaml" in checked, checked
 
 
-def test_a_validation_source_that_shares_training_files_is_warned_about(sp_tokenizer_dir, caplog):
+def test_a_validation_source_that_shares_training_files_is_warned_about(caplog):
+    """The config check (longshort-validate and tune run) says it in one line: longshort-validate said OK to
+    dataset.split=null on tiny/longshort_stdlib.yaml. The reference: the selections' own file lists."""
     import logging
 
-    from torchtune_longshort.training.bootstrap import stdlib_sentencepiece_tokenizer
-    from torchtune_longshort.training.data_setup import build_documents, shared_files, validation_sequences
+    from torchtune_longshort.data.stdlib_corpus import stdlib_source_files
     from torchtune_longshort.training.recipe_config import load_recipe_config
 
-    tok = stdlib_sentencepiece_tokenizer(str(sp_tokenizer_dir / "tokenizer.model"))
     cfg = OmegaConf.load(REPO / "configs/tiny/longshort_stdlib.yaml")
-    cfg.validation.num_sequences, cfg.validation.seq_len = 1, 64
-    for over, warned in (({}, False), ({"split": None, "include_tests": True}, True)):
-        node = OmegaConf.merge(cfg, {"validation": {"dataset": over}})
-        fields = load_recipe_config(node, local=False)
-        training = build_documents(fields.dataset, tok)
+    val = {k: v for k, v in cfg.validation.dataset.items() if k in STDLIB_FILTERS}
+    cases = (({}, {"include_tests": False, "split": "train"}, None),
+             ({"dataset": {"split": None}}, {"include_tests": False}, "validation.dataset.include_tests=only"),
+             ({"dataset": {"include_tests": True, "split": None}}, {"include_tests": True},
+              "dataset.split=train"))
+    for over, train, fix in cases:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="torchtune_longshort.training.data_setup"):
-            validation_sequences(fields.validation, tok, lambda t: tok.encode(t), None, training)
-        said = [r.getMessage() for r in caplog.records]
-        assert bool(said) == warned, said
-        if warned:
-            n = len(shared_files(training, build_documents(fields.validation.dataset, tok)))
-            assert len(said) == 1 and f"validation.dataset reads {n} of its 4 files from dataset's" in said[0] and n
-            assert "dataset.split=train and validation.dataset.split=heldout" in said[0]
+        with caplog.at_level(logging.WARNING, logger="torchtune_longshort.training.recipe_config.validation_overlap"):
+            load_recipe_config(OmegaConf.merge(cfg, over))
+        said = [r.getMessage() for r in caplog.records if r.name.endswith("validation_overlap")]
+        val_files = stdlib_source_files(**val)
+        n = len(set(stdlib_source_files(**train)) & set(val_files))
+        assert bool(said) == bool(n) == bool(fix), said
+        if fix:
+            assert len(said) == 1 and f"validation.dataset reads {n} of its {len(val_files)} files from" in said[0]
+            assert f"hold them apart: {fix} (" in said[0]
 
 
 def test_the_commands_shipped_configs_and_the_study_help_show_run_from_a_wheel(tmp_path):

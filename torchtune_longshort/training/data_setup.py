@@ -9,8 +9,7 @@ Used by the recipe's ``_setup`` / ``_setup_data`` (``torchtune_longshort/trainin
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 from torchtune import config
@@ -19,7 +18,6 @@ from torchtune_longshort.data.fixed_length import TooFewSequences, fixed_length_
 from torchtune_longshort.data.source_names import SourceNames, source_names
 from torchtune_longshort.data.dual_window import PackedTokenStream, check_random_access
 from torchtune_longshort.devices import rng_states, set_rng_states
-from torchtune_longshort.launcher import launched_rank
 from torchtune_longshort.data.torchtune_datasets import build_torchtune_dataset, text_column_of, torchtune_documents
 from torchtune_longshort.plural import counted
 from torchtune_longshort.rope import ScaledRoPE
@@ -56,30 +54,15 @@ def check_first_sample(documents, tokenize, vocab_size: int, need: int) -> None:
     PackedTokenStream(documents, tokenize=tokenize, vocab_size=vocab_size).take(need - 1)
 
 
-def shared_files(training, validation) -> List[Path]:
-    """The files that both document sources read (their ``files``: the corpus's stdlib and local sources list them;
-    ``[]`` where either does not), in ``validation``'s order."""
-    train, val = getattr(training, "files", None), getattr(validation, "files", None)
-    if not train or not val:
-        return []
-    seen = {Path(f).resolve() for f in train}
-    return [Path(f) for f in val if Path(f).resolve() in seen]
-
-
 def validation_sequences(validation: Optional[ValidationConfig], tokenizer, tokenize, vocab_size: Optional[int],
                          training=None):
     """The fixed-length token sequences of the optional ``validation`` section (None without it), read before the
     output folder is claimed (a source that holds too few is refused naming both fields); ``vocab_size``: the
-    model's, where the config declares it (ids past it are refused). A validation source that reads a file of the
-    ``training`` documents is warned about (its ``val_ce`` is then partly measured on training text)."""
+    model's, where the config declares it (ids past it are refused). One that reads files of the ``training`` documents
+    is said by the config check (:mod:`~torchtune_longshort.training.recipe_config.validation_overlap`)."""
     if validation is None:
         return None
     documents = build_documents(validation.dataset, tokenizer, "validation.dataset")
-    shared = shared_files(training, documents)
-    if shared and launched_rank() == 0:  # every process of a launch reads it: said once
-        log.warning("validation.dataset reads %d of its %d files from dataset's files too (first: %s): val_ce is then "
-                    "measured partly on training text; hold them apart (the stdlib: dataset.split=train and "
-                    "validation.dataset.split=heldout)", len(shared), len(documents.files), shared[0])
     try:
         return fixed_length_sequences(documents, tokenize, validation.seq_len, validation.num_sequences, vocab_size,
                                       where="validation.dataset")

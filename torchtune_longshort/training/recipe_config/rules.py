@@ -22,6 +22,7 @@ from torchtune_longshort.training.checkpointing import StepCheckpoints
 from torchtune_longshort.training.equal_compute import trained_steps
 from torchtune_longshort.training.recipe_config.model_match import check_checkpoint_dimensions, check_tokenizer_vocab
 from torchtune_longshort.training.recipe_config.recipe import RecipeConfig
+from torchtune_longshort.training.recipe_config.validation_overlap import warn_validation_overlap
 from torchtune_longshort.config.fields import with_own_defaults
 from torchtune_longshort.config.values import named_once, resolve_component
 from torchtune_longshort.windows import aligned_positions, resolve_e_range, resolve_min_context
@@ -70,6 +71,7 @@ def check_rules(config: RecipeConfig, world_size: int, local: bool = True) -> No
     _check_checkpointer_output(config)
     if local:
         config.model.open_folders(world_size)
+        warn_validation_overlap(config)  # files listed on this machine
     declared = config.model.declared_positions(local)
     check_positions(config, declared, "the model node's max_seq_len")
     _check_sampler_reach(config, declared)
