@@ -87,14 +87,15 @@ def _validation_set(tmp_path, monkeypatch):
 
 
 def _validation_shares_files(tmp_path, monkeypatch):
-    from types import SimpleNamespace
+    from pathlib import Path
 
-    from torchtune_longshort.training import data_setup
+    from omegaconf import OmegaConf
 
-    documents = _local_text(tmp_path, monkeypatch)  # the recipe's dataset and validation.dataset read one folder
-    monkeypatch.setattr(data_setup, "build_documents", lambda *args: documents)
-    validation = SimpleNamespace(dataset=None, seq_len=16, num_sequences=2)
-    data_setup.validation_sequences(validation, None, lambda text: [ord(c) for c in text], None, documents)
+    from torchtune_longshort.training.recipe_config import load_recipe_config
+
+    # the config check (longshort-validate and every process of tune run) says it: validation reads training files
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "configs/tiny/longshort_stdlib.yaml")
+    load_recipe_config(OmegaConf.merge(cfg, {"dataset": {"split": None}}))
 
 
 # each case: how it is said, and a piece of each of its lines
@@ -105,7 +106,7 @@ SAYINGS = {"rope unscaled": (_unscaled, ["leaves the RoPE unscaled"]),
            "transformers pipeline": (_transformers_pipeline, ["AutoTokenizer reads a 'qwen2' folder"]),
            "local_text": (_local_text, ["not read, its suffix", "skipped 1 unreadable record (dataset.skip_bad"]),
            "validation set": (_validation_set, ["validation.dataset: skipped 1 unreadable record,"]),
-           "validation shares training files": (_validation_shares_files, ["validation.dataset reads 1 of its 1"])}
+           "validation shares training files": (_validation_shares_files, ["validation.dataset reads 2 of its 4"])}
 
 
 @pytest.mark.parametrize("case", SAYINGS)

@@ -54,8 +54,7 @@ def check_first_sample(documents, tokenize, vocab_size: int, need: int) -> None:
     PackedTokenStream(documents, tokenize=tokenize, vocab_size=vocab_size).take(need - 1)
 
 
-def validation_sequences(validation: Optional[ValidationConfig], tokenizer, tokenize, vocab_size: Optional[int],
-                         training=None):
+def validation_sequences(validation: Optional[ValidationConfig], tokenizer, tokenize, vocab_size: Optional[int]):
     """The fixed-length token sequences of the optional ``validation`` section (None without it), read before the
     output folder is claimed (a source that holds too few is refused naming both fields); ``vocab_size``: the
     model's, where the config declares it (ids past it are refused). One that reads files of the ``training`` documents

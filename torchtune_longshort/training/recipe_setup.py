@@ -147,7 +147,7 @@ class RecipeSetup:
         if not cfg.resume:
             check_corpus_length(self._documents, self._tokenizer, cfg.seq_len + cfg.windows.e_bounds[1] + 1)
         self._val_tokens = validation_sequences(cfg.validation, self._tokenizer, self._tokenize,
-                                                declared_vocab(cfg)[0], self._documents)
+                                                declared_vocab(cfg)[0])
         recipe_state = self._setup_output_dir()
         if recipe_state is not None and self.global_step >= self.stop_at:
             # a job scheduler's requeue of a finished run: nothing to train, so no model, data or log is made; a last
