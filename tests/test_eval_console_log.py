@@ -12,7 +12,7 @@ import re
 import lm_eval.utils
 import pytest
 
-from torchtune_longshort.eval.console_log import follow_lm_eval_logging
+from torchtune_longshort.eval.console_log import follow_lm_eval_logging, setup_cli_logging
 from torchtune_longshort.eval.model.response_cache import drop_refusals
 from torchtune_longshort.eval.tasks.common.unavailable import RefusedText
 
@@ -131,3 +131,25 @@ def test_a_warning_alike_on_every_rank_prints_on_rank_0_alone(cli_logging, capsy
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", rank)
     assert logged() == (one if rank == "0" else one[1:])
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_longshort_eval_prints_lm_eval_info_lines_on_rank_0_alone(cli_logging, capsys, monkeypatch, rank):
+    """longshort-eval under torchrun / accelerate launch: lm-eval's own INFO lines once, on rank 0, but the one
+    naming its rank (each process's share); warnings from every rank (walked with SmolLM2 and 2 CPU processes:
+    `Selected Tasks`, `Running loglikelihood requests` ... printed twice). The reference: one process's lines."""
+    def logged():
+        with _no_root_handler():
+            setup_cli_logging()
+            logging.getLogger("lm_eval.evaluator").info("Running loglikelihood requests")
+            logging.getLogger("lm_eval.api.task").info(f"Building contexts for my_task on rank {rank}...")
+            logging.getLogger("lm_eval.evaluator").warning("lm-eval's own warning")
+            assert drop_refusals({"k": RefusedText("too long")}) == 1  # the pack's INFO line
+        return [m[6] for m in map(LINE.match, capsys.readouterr().err.splitlines()) if m]
+
+    one = logged()
+    assert one == ["Running loglikelihood requests", f"Building contexts for my_task on rank {rank}...",
+                   "lm-eval's own warning", DROPPED], one
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    assert logged() == (one if rank == "0" else one[1:3])

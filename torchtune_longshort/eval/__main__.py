@@ -32,7 +32,7 @@ import sys
 from torchtune_longshort._quiet import quiet_lm_eval_git, quiet_upstream
 from torchtune_longshort.eval import cli_argv
 from torchtune_longshort.eval.cli_argv import asks_help, option, stock_lm_eval
-from torchtune_longshort.eval.console_log import follow_lm_eval_logging
+from torchtune_longshort.eval.console_log import setup_cli_logging
 from torchtune_longshort.eval.results_written import SavedResults
 from torchtune_longshort.eval.tasks import tasks_path
 from torchtune_longshort.eval.trust_args import trusts_remote_code
@@ -67,15 +67,12 @@ def main() -> None:
 def _evaluate(args) -> None:
     # deferred: torch, lm_eval (tasks-path answers without them; torchao logs a line on import, filtered by the
     # quiet_upstream() installed before these)
-    from lm_eval.utils import setup_logging
-
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from torchtune_longshort.eval import cli_messages
     from torchtune_longshort.eval.cli_run import lm_eval_argv
     from torchtune_longshort.rope.checkpoint_code import checkpoint_code
 
-    setup_logging()  # lm-eval's CLI does it first too: the pack's own lines (lm_eval_argv's) then print as lm-eval's
-    follow_lm_eval_logging()
+    setup_cli_logging()  # as lm-eval's CLI first: the pack's own lines (lm_eval_argv's) then print as lm-eval's
     if asks_help(args):
         print(cli_messages.help_preamble())
     argv = lm_eval_argv(args)

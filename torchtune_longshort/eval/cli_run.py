@@ -21,7 +21,7 @@ from torchtune_longshort.eval.cli_argv import (asks_help, canonical_options, che
                                                hf_auto_schedule_floored, home_expanded, option)
 from torchtune_longshort.eval.cli_messages import tidy_task_lists
 from torchtune_longshort.eval.config_file import config_options, device_given_as
-from torchtune_longshort.eval.console_log import follow_lm_eval_logging
+from torchtune_longshort.eval.console_log import setup_cli_logging
 from torchtune_longshort.eval.length_fit import check_lengths_fit
 from torchtune_longshort.eval.model_args_argv import (json_fix, model_args_item, model_args_value,
                                                      renamed_model_args_key, without_model_args_key)
@@ -361,12 +361,9 @@ def run_cli(args: Sequence[str]) -> Dict[str, Any]:
     # quiet_upstream() installed first)
     import torchtune_longshort.eval.model.adapter  # noqa: F401  (registers ``longshort``)
     from lm_eval.__main__ import cli_evaluate
-    from lm_eval.utils import setup_logging
-
     from torchtune_longshort.eval.task_index import pack_only_index
 
-    setup_logging()  # as lm-eval's CLI (and longshort-eval) first: the pack's lines print as lm-eval's own
-    follow_lm_eval_logging()
+    setup_cli_logging()  # as lm-eval's CLI (and longshort-eval) first: the pack's lines print as lm-eval's own
     argv: List[str] = ["lm-eval", *lm_eval_argv(args)]
     saved, written = sys.argv, SavedResults()
     with checkpoint_code(trusts_remote_code(argv[1:])):  # the checks' reads and lm-eval's (eval.trust_args)

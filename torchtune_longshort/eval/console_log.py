@@ -41,6 +41,34 @@ class _LmEvalConsole(logging.Handler):
                 handler.handle(record)
         return True
 
+
+# lm-eval's logger whose INFO line names the process it comes from (``Building contexts for <task> on rank N...``,
+# each process's share of the documents): every rank prints its own
+RANK_NAMED_LOGGER = "lm_eval.api.task"
+
+
+class _RankZeroInfo(logging.Filter):
+    """lm-eval's INFO lines on rank 0 alone under a launcher, but for :data:`RANK_NAMED_LOGGER`'s; warnings and
+    errors from every rank, as the pack's own lines (:class:`_LmEvalConsole`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name == RANK_NAMED_LOGGER or not launched_rank()
+
+
+def setup_cli_logging() -> None:
+    """``longshort-eval``'s console: lm-eval's logging as its CLI sets it up first (``setup_logging``), the package's
+    lines through it (:func:`follow_lm_eval_logging`), and, under several processes (``torchrun``, ``accelerate
+    launch``), lm-eval's own INFO lines (``Selected Tasks``, ``Initializing longshort model``, ``Running loglikelihood
+    requests``) on rank 0 alone: every process printed each (2 processes: twice). Stock ``lm_eval``'s lines are left
+    as lm-eval prints them."""
+    from lm_eval.utils import setup_logging  # deferred: lm-eval's import takes seconds (tasks-path needs none)
+
+    setup_logging()
+    follow_lm_eval_logging()
+    for handler in logging.getLogger(LM_EVAL_LOGGER).handlers:
+        if not any(isinstance(f, _RankZeroInfo) for f in handler.filters):
+            handler.addFilter(_RankZeroInfo())
+
     def emit(self, record: logging.LogRecord) -> None:  # handle() passes the record on; nothing is written here
         pass
 
