@@ -29,20 +29,35 @@ def test_a_list_of_paths_and_globs_is_read_in_order(tmp_path):
 
 
 def test_the_config_check_takes_a_list_and_names_the_entry_that_names_nothing(tmp_path, tiny_llama2_dir,
-                                                                              sp_tokenizer_dir):
+                                                                              sp_tokenizer_dir, monkeypatch, caplog):
     from torchtune_longshort.training.recipe_config import load_recipe_config
 
     a, b, _ = _files(tmp_path)
 
-    def cfg(path, where="dataset"):
-        node = {"_component_": "torchtune_longshort.data.corpus.local_text", "path": path}
+    def cfg(path, where="dataset", train=None, **args):
+        node = {"_component_": "torchtune_longshort.data.corpus.local_text", "path": path, **args}
         if where == "dataset":
             return make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", dataset=node)
-        return make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out",
+        over = {"dataset": {"_component_": node["_component_"], "path": train}} if train is not None else {}
+        return make_cfg(tiny_llama2_dir, sp_tokenizer_dir, tmp_path / "out", **over,
                         validation={"dataset": node, "seq_len": 16, "num_sequences": 1})
 
     load_recipe_config(cfg([str(a), str(b)]))
     load_recipe_config(cfg([str(a), str(tmp_path / "more")], "validation"))
+    load_recipe_config(cfg(str(tmp_path / "more"), suffixes=[".jsonl", ""]))  # '' in a suffix list: no suffix
+    with pytest.raises(ValueError, match=r"^dataset.path\[1\]='' is not accepted"):  # the first empty item named
+        load_recipe_config(cfg([str(a), "", ""]))
+    # validation reading a file training reads is said in one line, however each names it (relative, absolute); a
+    # folder is the files of its suffixes (and record files). The reference: the files both list, by hand
+    monkeypatch.chdir(tmp_path)
+    for val, args, said in (([str(b)], {}, ["validation.dataset reads 1 of its 1 files"]),
+                            (str(tmp_path / "more"), {"suffixes": [".md"]}, [])):  # b.jsonl alone: not trained on
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="torchtune_longshort.training.recipe_config.validation_overlap"):
+            load_recipe_config(cfg(val, "validation", train=["a.jsonl", "more/b.jsonl" if said else "more/c.txt"],
+                                   **args))
+        got = [r.getMessage() for r in caplog.records]
+        assert len(got) == len(said) and all(g.startswith(s) for g, s in zip(got, said)), got
     with pytest.raises(FileNotFoundError, match=r"^dataset.path\[1\]='.*nope.jsonl' does not exist"):
         load_recipe_config(cfg([str(a), str(tmp_path / "nope.jsonl")]))
     bad = tmp_path / "bad.jsonl"  # each entry's first bytes are checked, as a single path's are
