@@ -21,8 +21,9 @@ def test_a_zero_norm_eps_is_refused():
         llama_config({**DIMS, "norm_eps": 0.0}, tied=False)
     # at 3 a unit-scale row comes out at 1 / sqrt(1 + 3) = 0.5: no longer normalized (torch's own RMSNorm)
     assert abs(float(__import__("torch").nn.RMSNorm(4, eps=3.0)(__import__("torch").ones(4))[0]) - 0.5) < 1e-6
-    with pytest.raises(ValueError, match=r"^norm_eps=3 is not accepted: .* < 1 \(an epsilon: 1e-05 for Llama-2\)$"):
-        llama_config({**DIMS, "norm_eps": 3}, tied=False)
+    for eps in (1.0, 3):  # at 1, 1 / sqrt(1 + 1): not normalized either
+        with pytest.raises(ValueError, match=rf"^norm_eps={eps} is not accepted: .* < 1 \(an epsilon: 1e-05 for "):
+            llama_config({**DIMS, "norm_eps": eps}, tied=False)
 
 
 @pytest.mark.parametrize("base", [1.0, float("inf")])
