@@ -160,6 +160,21 @@ def test_a_validation_source_that_shares_training_files_is_warned_about(caplog):
         if fix:
             assert len(said) == 1 and f"validation.dataset reads {n} of its {len(val_files)} files from" in said[0]
             assert f"hold them apart: {fix} (" in said[0]
+    # a stdlib source that reads nothing is no fix (include_tests=only with split=train: the tests are held out);
+    # the reference: the selections' file lists with the keys said applied, validation's non-empty and apart
+    import yaml
+
+    from torchtune_longshort.data.stdlib_overlap import selection_files
+    from torchtune_longshort.training.recipe_config.validation_overlap import _stdlib_fix
+
+    train = {"include_tests": True, "split": None, "limit": None, "min_bytes": 0}
+    val = {**train, "split": "train"}
+    sides = {"dataset": dict(train), "validation.dataset": dict(val)}
+    for item in _stdlib_fix(train, val).split(" with "):
+        key, value = item.split("=")
+        sides[key.rsplit(".", 1)[0]][key.rsplit(".", 1)[1]] = yaml.safe_load(value)
+    read = selection_files(sides["validation.dataset"])
+    assert read and not read & selection_files(sides["dataset"]), sides
 
 
 def test_the_commands_shipped_configs_and_the_study_help_show_run_from_a_wheel(tmp_path):
