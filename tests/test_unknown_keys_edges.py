@@ -59,3 +59,14 @@ def test_plus_keys_merge_as_omegaconf_does_and_name_each_leaf(node):
     want = {"+loss": ["+loss.window.hi"], "+extra": ["+extra"],
             "+validation": ["+validation.every_n_steps", "+validation.dataset.path"]}
     assert paths == [p for leaf in leaves for p in want[leaf]]
+
+
+@pytest.mark.parametrize("name", ["Disk", "Stdout"])
+def test_a_key_a_logger_drops_is_refused(name):
+    """torchtune's DiskLogger and StdoutLogger take **kwargs and drop them: metric_logger.filname=x was ignored."""
+    from torchtune_longshort.config.fields import build_section
+    from torchtune_longshort.training.recipe_config.components import MetricLoggerConfig
+
+    node = {"_component_": f"torchtune.training.metric_logging.{name}Logger", "log_dir": "/tmp", "filname": "x"}
+    with pytest.raises(ConfigKeyError, match=r"^unknown config key\(s\) in metric_logger: 'metric_logger.filname'"):
+        build_section(MetricLoggerConfig, node, "metric_logger")
