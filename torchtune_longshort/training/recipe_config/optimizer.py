@@ -60,7 +60,8 @@ class OptimizerConfig(ComponentSection):
             return
         if lr * decay >= 1:
             raise ValueError(f"{where}.weight_decay={decay!r} with {where}.lr={lr!r} is not accepted: "
-                             f"{self.component}'s decoupled decay multiplies every weight by 1 - lr * weight_decay = {1 - lr * decay:.3g} "
+                             f"{self.component}'s decoupled decay multiplies every weight by 1 - lr * weight_decay = "
+                             f"{1 - lr * decay:.3g} "
                              f"at each step, which zeroes or flips them; expected weight_decay < 1 / lr = "
                              f"{1 / lr:.4g} (AdamW's usual 0.01 .. 0.1)")
 
