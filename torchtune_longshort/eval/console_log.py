@@ -41,6 +41,9 @@ class _LmEvalConsole(logging.Handler):
                 handler.handle(record)
         return True
 
+    def emit(self, record: logging.LogRecord) -> None:  # handle() passes the record on; nothing is written here
+        pass
+
 
 # lm-eval's logger whose INFO line names the process it comes from (``Building contexts for <task> on rank N...``,
 # each process's share of the documents): every rank prints its own
@@ -68,9 +71,6 @@ def setup_cli_logging() -> None:
     for handler in logging.getLogger(LM_EVAL_LOGGER).handlers:
         if not any(isinstance(f, _RankZeroInfo) for f in handler.filters):
             handler.addFilter(_RankZeroInfo())
-
-    def emit(self, record: logging.LogRecord) -> None:  # handle() passes the record on; nothing is written here
-        pass
 
 
 def follow_lm_eval_logging() -> bool:
