@@ -210,7 +210,8 @@ def test_longshort_eval_says_an_extrapolation_once(folders, sp_tokenizer_dir, ca
                   "allow_extrapolation": "true"}
     argv = lm_eval_argv(["run", "--model", "longshort", "--model_args", ",".join(f"{k}={v}" for k, v in
                                                                                 model_args.items()),
-                         "--device", "cpu", "--tasks", "longshort_ppl"])
+                         "--device", "cpu", "--tasks", "longshort_ppl", "--metadata",
+                         f'{{"max_seq_lengths": "{usable}"}}'])  # within max_length (the lengths past it are refused)
     caplog.clear()
     with caplog.at_level(logging.INFO):
         check_arguments(argv)

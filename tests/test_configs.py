@@ -135,7 +135,7 @@ def test_validation_reads_no_file_or_document_that_training_reads():
     assert "tiny/longshort_stdlib.yaml" in checked and "tiny/lora_from_checkpoint.yaml" in checked, checked
 
 
-def test_a_validation_source_that_shares_training_files_is_warned_about(caplog):
+def test_a_validation_source_that_shares_training_files_is_warned_about(caplog, tmp_path):
     """The config check (longshort-validate and tune run) says it in one line: longshort-validate said OK to
     dataset.split=null on tiny/longshort_stdlib.yaml. The reference: the selections' own file lists."""
     import logging
@@ -152,7 +152,7 @@ def test_a_validation_source_that_shares_training_files_is_warned_about(caplog):
     for over, train, fix in cases:
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="torchtune_longshort.training.recipe_config.validation_overlap"):
-            load_recipe_config(OmegaConf.merge(cfg, over))
+            load_recipe_config(OmegaConf.merge(cfg, over, {"output_dir": str(tmp_path / "out")}))  # not the README's
         said = [r.getMessage() for r in caplog.records if r.name.endswith("validation_overlap")]
         val_files = stdlib_source_files(**val)
         n = len(set(stdlib_source_files(**train)) & set(val_files))

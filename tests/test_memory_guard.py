@@ -84,7 +84,7 @@ def test_longshort_eval_refuses_an_absurd_length_before_lm_eval_starts(tiny_llam
 
     argv = ["run", "--model", "longshort", "--model_args",
             f"pretrained={tiny_llama2_dir},tokenizer={sp_tokenizer_dir},max_length={ABSURD},allow_extrapolation=true",
-            "--tasks", "longshort_ppl", "--device", "cpu"]
+            "--tasks", "longshort_ppl", "--device", "cpu", "--metadata", '{"max_seq_lengths": "256"}']
     with pytest.raises(ValueError, match=r"RoPE tables for 1,000,000,000 positions .* ask for fewer positions "
                                          r"\(max_length in --model_args\)"):
         check_arguments(argv)

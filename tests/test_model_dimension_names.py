@@ -15,7 +15,8 @@ SCRATCH = {"_component_": "torchtune_longshort.models.hf_decoder", "family": "ll
            "num_layers": 1, "num_heads": 4, "num_kv_heads": 2, "embed_dim": 64, "max_seq_len": 256}
 ROPE = "torchtune_longshort.models.rope_scaled"
 CASES = [("vocab_size", -1, "an integer >= 1"), ("num_layers", 0, "an integer >= 1"),
-         ("norm_eps", -1.0, "a finite number > 0"), ("rope_base", 0.5, "a finite number > 1")]
+         ("norm_eps", -1.0, "a finite number > 0 and < 1 (an epsilon: 1e-05 for Llama-2)"),
+         ("rope_base", 0.5, "a finite number > 1")]
 
 
 @pytest.mark.parametrize("key,value,accepted", CASES)

@@ -95,7 +95,7 @@ def _validation_shares_files(tmp_path, monkeypatch):
 
     # the config check (longshort-validate and every process of tune run) says it: validation reads training files
     cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "configs/tiny/longshort_stdlib.yaml")
-    load_recipe_config(OmegaConf.merge(cfg, {"dataset": {"split": None}}))
+    load_recipe_config(OmegaConf.merge(cfg, {"dataset": {"split": None}, "output_dir": str(tmp_path / "out")}))
 
 
 # each case: how it is said, and a piece of each of its lines
