@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
-from torchtune_longshort.eval.tasks import TASK_FAMILIES, TaskFamily, family_of, tasks_path
+from torchtune_longshort.eval.tasks import TaskFamily, member_family, tasks_path
 from torchtune_longshort.eval.tasks.common.lengths import length_label, lengths_source, parse_lengths
 from torchtune_longshort.eval.tasks.common.unavailable import MODEL_KEY, model_positions
 
@@ -42,8 +42,7 @@ def swept_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> Dict[str
     lengths ``metadata`` gives it, else its YAML's default. BABILong's labels count as tokens (``4k``: 4096)."""
     out: Dict[str, List[int]] = {}
     for task in tasks:
-        key = family_of(task) or family_of(task.rsplit("_", 1)[0])
-        family = TASK_FAMILIES.get(key or "")
+        family = member_family(task)
         if family is None or not family.length_swept:
             continue
         source = lengths_source(metadata, family.metadata_prefix)

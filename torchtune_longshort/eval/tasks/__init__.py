@@ -345,14 +345,19 @@ def check_metadata_values(metadata: Mapping[str, Any]) -> None:
     suffix_fractions(metadata)  # mis_min_frac past mis_max_frac (a default named as such)
 
 
+def member_family(task: str) -> Optional[TaskFamily]:
+    """The family of ``task``, or of the group a member of it belongs to (``longshort_babilong_qa1`` reads its
+    lengths as ``longshort_babilong`` does); None for a task of no family."""
+    return TASK_FAMILIES.get(family_of(task) or family_of(task.rsplit("_", 1)[0]) or "")
+
+
 def check_task_lengths(metadata: Mapping[str, Any], tasks: Sequence[str]) -> None:
     """:class:`TaskDataError` for a length in ``metadata`` (``max_seq_lengths``, or a task's own
     ``<prefix>_max_seq_lengths``) shorter than a task of ``tasks`` that sweeps it can score
     (:attr:`TaskFamily.min_length`): it scored NaN, the run exiting 0 with a results file."""
     for task in tasks:
         family = TASK_FAMILIES.get(family_of(task) or "")
-        # a group's member (longshort_babilong_qa1) reads its lengths as its group does
-        labelled = family or TASK_FAMILIES.get(family_of(task.rsplit("_", 1)[0]) or "")
+        labelled = member_family(task)  # a group's member reads its lengths as its group does
         if labelled is not None and labelled.length_labels:
             _check_length_labels(metadata, task, labelled.length_labels)
         if family is None or not family.length_swept or not family.min_length:
